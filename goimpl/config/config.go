@@ -1,0 +1,172 @@
+// Package config is the one registry of gohccl's GOHCCL_* environment
+// variables: each is declared once here, with its type, default and meaning.
+//
+// Configuration is read when a communicator is created, through a lookup
+// function the caller supplies (the C ABI reads the C environment, because Go
+// sees only the environment as it was when the library loaded), never with
+// os.Getenv at use time.
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Var declares one environment variable.
+type Var struct {
+	Name    string
+	Type    string
+	Default string
+	Doc     string
+}
+
+// Vars lists every variable gohccl reads, in the order the README shows them.
+var Vars = []Var{
+	{"GOHCCL_BUFFSIZE", "bytes (K/M/G suffix allowed)", "8M",
+		"Scratch memory each communicator preallocates and reuses. Larger messages stream through it in chunks; a larger buffer means fewer, longer steps (less per-step latency), a smaller one less memory per communicator. Minimum 64K."},
+	{"GOHCCL_DEBUG", "WARN | INFO | TRACE", "WARN",
+		"Log level on stderr, each line prefixed with the rank. INFO prints each communicator's ranks, transports and algorithm choices; TRACE every operation."},
+	{"GOHCCL_ALGO", "string", "auto",
+		"Algorithm override in HCCL's syntax: `ring`, or per level `level0:ring;level1:ring`, optionally per collective `allreduce=ring/broadcast=chain`. Unset or `auto` lets gohccl choose."},
+	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
+		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
+	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
+		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+}
+
+// Level is a log level.
+type Level int
+
+// Log levels, most severe first.
+const (
+	Warn Level = iota
+	Info
+	Trace
+)
+
+func (l Level) String() string { return [...]string{"WARN", "INFO", "TRACE"}[l] }
+
+// Config is a communicator's configuration, parsed and validated.
+type Config struct {
+	// BuffSize is the scratch size in bytes (GOHCCL_BUFFSIZE).
+	BuffSize int64
+	// Debug is the log level (GOHCCL_DEBUG).
+	Debug Level
+	// Algo is the raw algorithm override (GOHCCL_ALGO); "" or "auto" for none.
+	Algo string
+	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
+	SocketIfname string
+	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
+	SIMD string
+}
+
+// MinBuffSize is the smallest scratch a communicator accepts.
+const MinBuffSize = 64 << 10
+
+// Default returns the configuration with every variable unset.
+func Default() Config {
+	c, err := Load(func(string) (string, bool) { return "", false })
+	if err != nil {
+		panic(err) // the defaults above must parse
+	}
+	return c
+}
+
+// Load reads every registered variable through lookup and validates it. A
+// malformed value is refused with an error naming the variable.
+func Load(lookup func(name string) (string, bool)) (Config, error) {
+	get := func(name string) string {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		for _, v := range Vars {
+			if v.Name == name {
+				return v.Default
+			}
+		}
+		panic("config: unregistered variable " + name)
+	}
+	var c Config
+	var err error
+	if c.BuffSize, err = ParseBytes(get("GOHCCL_BUFFSIZE")); err != nil {
+		return c, fmt.Errorf("GOHCCL_BUFFSIZE: %v", err)
+	}
+	switch strings.ToUpper(get("GOHCCL_DEBUG")) {
+	case "WARN", "WARNING":
+		c.Debug = Warn
+	case "INFO":
+		c.Debug = Info
+	case "TRACE":
+		c.Debug = Trace
+	default:
+		return c, fmt.Errorf("GOHCCL_DEBUG=%q: want WARN, INFO or TRACE", get("GOHCCL_DEBUG"))
+	}
+	c.Algo = get("GOHCCL_ALGO")
+	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
+	return c, c.Validate()
+}
+
+// Validate checks value ranges.
+func (c Config) Validate() error {
+	if c.BuffSize < MinBuffSize {
+		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: below the minimum of %d bytes", c.BuffSize, MinBuffSize)
+	}
+	if c.BuffSize > 1<<40 {
+		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above 1T", c.BuffSize)
+	}
+	return nil
+}
+
+// ParseBytes parses a byte count: digits with an optional K, M or G suffix
+// (powers of 1024; a trailing B or iB is accepted).
+func ParseBytes(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "IB")
+	t = strings.TrimSuffix(t, "B")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a byte count (e.g. 8388608, 512K, 8M, 1G)", s)
+	}
+	if v > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return v * mult, nil
+}
+
+// Names returns every registered variable name, sorted.
+func Names() []string {
+	n := make([]string, len(Vars))
+	for i, v := range Vars {
+		n[i] = v.Name
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Markdown renders the registry as the README's table.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| Variable | Type | Default | Meaning |\n|---|---|---|---|\n")
+	for _, v := range Vars {
+		d := v.Default
+		if d == "" {
+			d = "(unset)"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", v.Name, v.Type, d, v.Doc)
+	}
+	return b.String()
+}

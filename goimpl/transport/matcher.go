@@ -1,0 +1,526 @@
+package transport
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// AnySource as Recv.Peer asks for a point-to-point frame from any peer.
+const AnySource = -1
+
+// Receive states. A posted receive is in a queue; a claimed one is being
+// filled by a link's receive side and no longer in any queue; a done one has
+// its result.
+const (
+	recvIdle uint32 = iota
+	recvPosted
+	recvClaimed
+	recvDone
+)
+
+// spinWait bounds how long Wait polls a receive before it sleeps. A wake from
+// sleep costs tens of microseconds on a C-locked thread (DESIGN.md), a spin
+// costs a core; small-message round trips finish within it.
+const spinWait = 20 * time.Microsecond
+
+// Recv is one posted receive. The caller owns it and may reuse it once Wait
+// has returned; reuse allocates nothing.
+type Recv struct {
+	// Peer is the sending rank, or AnySource for a point-to-point receive.
+	Peer int
+	// Want is the header the frame must carry. For collectives every field
+	// must match; for point-to-point frames Kind, Tag, DType, Count and Len.
+	Want Header
+	// Buf receives the payload; len(Buf) must equal Want.Len.
+	Buf []byte
+
+	// Source is the rank the frame came from, valid after Wait.
+	Source int
+
+	err   error
+	state atomic.Uint32
+	order uint64
+	done  chan struct{}
+	timer *time.Timer
+}
+
+// Done reports whether the receive has finished, successfully or not.
+func (r *Recv) Done() bool { return r.state.Load() == recvDone }
+
+// Err returns the receive's result once Done.
+func (r *Recv) Err() error { return r.err }
+
+type stashed struct {
+	h     Header
+	buf   []byte
+	order uint64
+}
+
+type peerQueue struct {
+	coll      fifo[*Recv]
+	collStash fifo[stashed]
+	p2p       fifo[*Recv]
+	p2pStash  fifo[stashed]
+	dead      error
+}
+
+// Matcher pairs arriving frames with posted receives for one rank. Frames of
+// collectives from one peer match receives in posting order, and each must
+// carry exactly the expected header; point-to-point frames match by tag, in
+// order within a (peer, tag). A frame that arrives before its receive is
+// posted is kept (stashed) until it is, so a sender never waits for the
+// receiver's program to reach its receive.
+type Matcher struct {
+	rank int
+	mu   sync.Mutex
+	// peers[p] holds what concerns frames from rank p.
+	peers    []peerQueue
+	any      fifo[*Recv]
+	nextPost uint64
+	nextArr  uint64
+	closed   error
+	closedCh chan struct{}
+	pool     bufPool
+}
+
+// NewMatcher returns the matcher of rank in a group of size ranks.
+func NewMatcher(rank, size int) *Matcher {
+	return &Matcher{rank: rank, peers: make([]peerQueue, size), closedCh: make(chan struct{})}
+}
+
+// Arrive is called by a link's receive side for each decoded header from
+// peer. If a receive is posted for it, Arrive returns that receive and its
+// buffer: the caller reads the payload into dst and calls Complete. If none
+// is, it returns nil and the caller reads the payload into a buffer from
+// StashBuffer and passes it to Stash. If the frame must be discarded (it
+// failed a posted receive, or the matcher is closed), dst is nil and r is nil
+// and discard is true: the caller reads and drops h.Len bytes.
+func (m *Matcher) Arrive(peer int, h *Header) (dst []byte, r *Recv, discard bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed != nil {
+		return nil, nil, true
+	}
+	r, ok := m.matchArrival(peer, h)
+	if !ok {
+		return nil, nil, true
+	}
+	if r == nil {
+		return nil, nil, false
+	}
+	r.state.Store(recvClaimed)
+	return r.Buf, r, false
+}
+
+// matchArrival finds the posted receive for a frame from peer, removing it
+// from its queue. ok is false when the frame failed the receive it matched
+// (the receive is completed with the error).
+func (m *Matcher) matchArrival(peer int, h *Header) (r *Recv, ok bool) {
+	pq := &m.peers[peer]
+	if h.Kind.IsP2P() {
+		best, bestAny := -1, -1
+		for i := 0; i < pq.p2p.len(); i++ {
+			if pq.p2p.at(i).Want.Tag == h.Tag {
+				best = i
+				break
+			}
+		}
+		for i := 0; i < m.any.len(); i++ {
+			if m.any.at(i).Want.Tag == h.Tag {
+				bestAny = i
+				break
+			}
+		}
+		switch {
+		case best < 0 && bestAny < 0:
+			return nil, true
+		case bestAny < 0 || (best >= 0 && pq.p2p.at(best).order < m.any.at(bestAny).order):
+			r = pq.p2p.remove(best)
+		default:
+			r = m.any.remove(bestAny)
+		}
+		r.Source = peer
+		if err := checkP2P(m.rank, peer, &r.Want, h); err != nil {
+			m.complete(r, err)
+			return nil, false
+		}
+		return r, true
+	}
+	if pq.coll.len() == 0 || pq.collStash.len() > 0 {
+		return nil, true
+	}
+	r = pq.coll.remove(0)
+	r.Source = peer
+	if err := checkCollective(m.rank, peer, &r.Want, h); err != nil {
+		m.complete(r, err)
+		return nil, false
+	}
+	return r, true
+}
+
+// Complete finishes a receive that Arrive handed out.
+func (m *Matcher) Complete(r *Recv, err error) {
+	m.mu.Lock()
+	m.complete(r, err)
+	m.mu.Unlock()
+}
+
+func (m *Matcher) complete(r *Recv, err error) {
+	r.err = err
+	r.state.Store(recvDone)
+	select {
+	case r.done <- struct{}{}:
+	default:
+	}
+}
+
+// StashBuffer returns a buffer of n bytes for a frame nobody waits for yet.
+func (m *Matcher) StashBuffer(n int) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pool.get(n)
+}
+
+// Stash keeps a fully read frame from peer until its receive is posted; if
+// one was posted meanwhile, it is filled now. The matcher owns buf after.
+func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed != nil {
+		m.pool.put(buf)
+		return
+	}
+	r, ok := m.matchArrival(peer, h)
+	if !ok {
+		m.pool.put(buf)
+		return
+	}
+	if r != nil {
+		copy(r.Buf, buf)
+		m.pool.put(buf)
+		m.complete(r, nil)
+		return
+	}
+	s := stashed{h: *h, buf: buf, order: m.nextArr}
+	m.nextArr++
+	if h.Kind.IsP2P() {
+		m.peers[peer].p2pStash.push(s)
+	} else {
+		m.peers[peer].collStash.push(s)
+	}
+}
+
+// Deliver hands a whole frame to the matcher from the sender's side, for
+// transports whose sender can reach the receiver's memory (in-process,
+// self-sends). It copies payload.
+func (m *Matcher) Deliver(peer int, h *Header, payload []byte) {
+	dst, r, discard := m.Arrive(peer, h)
+	switch {
+	case r != nil:
+		copy(dst, payload)
+		m.Complete(r, nil)
+	case !discard:
+		buf := m.StashBuffer(len(payload))
+		copy(buf, payload)
+		m.Stash(peer, h, buf)
+	}
+}
+
+// Post registers r. It never blocks; wait for the result with Wait.
+func (m *Matcher) Post(r *Recv) {
+	if r.done == nil {
+		r.done = make(chan struct{}, 1)
+	}
+	select { // drop a stale wake-up from an earlier use
+	case <-r.done:
+	default:
+	}
+	r.err = nil
+	r.Source = r.Peer
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.order = m.nextPost
+	m.nextPost++
+	r.state.Store(recvPosted)
+	if m.closed != nil {
+		m.complete(r, m.closed)
+		return
+	}
+	if len(r.Buf) != int(r.Want.Len) {
+		m.complete(r, fmt.Errorf("internal: receive buffer of %d bytes for a %d-byte frame", len(r.Buf), r.Want.Len))
+		return
+	}
+	if r.Peer == AnySource {
+		m.postAny(r)
+		return
+	}
+	if r.Peer < 0 || r.Peer >= len(m.peers) {
+		m.complete(r, fmt.Errorf("receive from rank %d, outside the group of %d", r.Peer, len(m.peers)))
+		return
+	}
+	pq := &m.peers[r.Peer]
+	if r.Want.Kind.IsP2P() {
+		for i := 0; i < pq.p2pStash.len(); i++ {
+			if pq.p2pStash.at(i).h.Tag == r.Want.Tag {
+				m.fillFromStash(r, r.Peer, pq.p2pStash.remove(i))
+				return
+			}
+		}
+		if pq.dead != nil {
+			m.complete(r, pq.dead)
+			return
+		}
+		pq.p2p.push(r)
+		return
+	}
+	if pq.collStash.len() > 0 {
+		m.fillFromStash(r, r.Peer, pq.collStash.remove(0))
+		return
+	}
+	if pq.dead != nil {
+		m.complete(r, pq.dead)
+		return
+	}
+	pq.coll.push(r)
+}
+
+func (m *Matcher) postAny(r *Recv) {
+	bestPeer, bestIdx := -1, -1
+	var bestOrder uint64
+	for p := range m.peers {
+		q := &m.peers[p].p2pStash
+		for i := 0; i < q.len(); i++ {
+			if s := q.at(i); s.h.Tag == r.Want.Tag {
+				if bestPeer < 0 || s.order < bestOrder {
+					bestPeer, bestIdx, bestOrder = p, i, s.order
+				}
+				break
+			}
+		}
+	}
+	if bestPeer >= 0 {
+		m.fillFromStash(r, bestPeer, m.peers[bestPeer].p2pStash.remove(bestIdx))
+		return
+	}
+	m.any.push(r)
+}
+
+func (m *Matcher) fillFromStash(r *Recv, peer int, s stashed) {
+	r.Source = peer
+	var err error
+	if s.h.Kind.IsP2P() {
+		err = checkP2P(m.rank, peer, &r.Want, &s.h)
+	} else {
+		err = checkCollective(m.rank, peer, &r.Want, &s.h)
+	}
+	if err == nil {
+		copy(r.Buf, s.buf)
+	}
+	m.pool.put(s.buf)
+	m.complete(r, err)
+}
+
+// Wait blocks until r is done or the deadline passes. On timeout the receive
+// is withdrawn if no link has claimed it yet; if one has, the caller must
+// abort the mesh (closing the links ends the claim) and call Wait again, so
+// that no transport writes into the buffer after the caller got it back.
+func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
+	if r.state.Load() == recvDone {
+		return r.err
+	}
+	for spinUntil := time.Now().Add(spinWait); time.Now().Before(spinUntil); {
+		for i := 0; i < 64; i++ {
+			if r.state.Load() == recvDone {
+				return r.err
+			}
+		}
+		runtime.Gosched()
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		return m.expire(r)
+	}
+	if r.timer == nil {
+		r.timer = time.NewTimer(d)
+	} else {
+		r.timer.Reset(d)
+	}
+	select {
+	case <-r.done:
+		r.timer.Stop()
+		return r.err
+	case <-r.timer.C:
+		return m.expire(r)
+	case <-m.closedCh:
+		r.timer.Stop()
+		return m.withdraw(r, m.closedErr())
+	}
+}
+
+func (m *Matcher) closedErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// expire withdraws r after its deadline passed; see Wait.
+func (m *Matcher) expire(r *Recv) error {
+	return m.withdraw(r, fmt.Errorf("%w waiting for %s from rank %d", ErrTimeout, r.Want.String(), r.Peer))
+}
+
+func (m *Matcher) withdraw(r *Recv, cause error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch r.state.Load() {
+	case recvDone:
+		return r.err
+	case recvClaimed:
+		return fmt.Errorf("%w (a transfer into the buffer is in progress)", cause)
+	}
+	m.unqueue(r)
+	m.complete(r, cause)
+	return cause
+}
+
+func (m *Matcher) unqueue(r *Recv) {
+	drop := func(q *fifo[*Recv]) bool {
+		for i := 0; i < q.len(); i++ {
+			if q.at(i) == r {
+				q.remove(i)
+				return true
+			}
+		}
+		return false
+	}
+	if drop(&m.any) {
+		return
+	}
+	for p := range m.peers {
+		if drop(&m.peers[p].coll) || drop(&m.peers[p].p2p) {
+			return
+		}
+	}
+}
+
+// WaitClaimed waits, without a deadline, for a claimed receive to finish. It
+// is for after an abort, when the links are closed and every claim ends.
+// It polls rather than taking the wake-up token, which a concurrent Wait on
+// the same receive may hold.
+func (m *Matcher) WaitClaimed(r *Recv) error {
+	for r.state.Load() == recvClaimed {
+		time.Sleep(50 * time.Microsecond)
+	}
+	return r.err
+}
+
+// Fail records that the link to peer is gone: every receive posted for it
+// fails with err, and so does every later one. Frames already stashed from
+// that peer stay receivable.
+func (m *Matcher) Fail(peer int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pq := &m.peers[peer]
+	if pq.dead == nil {
+		pq.dead = err
+	}
+	for pq.coll.len() > 0 {
+		m.complete(pq.coll.remove(0), err)
+	}
+	for pq.p2p.len() > 0 {
+		m.complete(pq.p2p.remove(0), err)
+	}
+}
+
+// Close fails every posted and later receive with err (which should wrap
+// ErrClosed or the cause of an abort) and releases stashed frames.
+func (m *Matcher) Close(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed != nil {
+		return
+	}
+	m.closed = err
+	close(m.closedCh)
+	for p := range m.peers {
+		pq := &m.peers[p]
+		for pq.coll.len() > 0 {
+			m.complete(pq.coll.remove(0), err)
+		}
+		for pq.p2p.len() > 0 {
+			m.complete(pq.p2p.remove(0), err)
+		}
+		pq.collStash.clear()
+		pq.p2pStash.clear()
+	}
+	for m.any.len() > 0 {
+		m.complete(m.any.remove(0), err)
+	}
+	m.pool = bufPool{}
+}
+
+func checkCollective(rank, peer int, want, got *Header) error {
+	if got.Kind.IsP2P() || want.Fingerprint != got.Fingerprint || want.Seq != got.Seq {
+		return fmt.Errorf("%w: rank %d (this process) expected %s but rank %d sent %s",
+			ErrMismatch, rank, describeOp(want), peer, describeOp(got))
+	}
+	if want.Tag != got.Tag || want.Len != got.Len {
+		return fmt.Errorf("%w: rank %d (this process) expected %s of %d bytes in %s but rank %d sent %s of %d bytes",
+			ErrMismatch, rank, stepName(want.Tag), want.Len, describeOp(want), peer, stepName(got.Tag), got.Len)
+	}
+	return nil
+}
+
+func checkP2P(rank, peer int, want, got *Header) error {
+	if want.DType != got.DType || want.Count != got.Count || want.Len != got.Len {
+		return fmt.Errorf("%w: rank %d (this process) posted a receive of %d %s elements with tag %d, but rank %d sent %d %s elements",
+			ErrSize, rank, want.Count, want.DType, want.Tag, peer, got.Count, got.DType)
+	}
+	return nil
+}
+
+func describeOp(h *Header) string {
+	return fmt.Sprintf("collective #%d (%s)", h.Seq, h.Fingerprint)
+}
+
+// bufPool keeps stash buffers by power-of-two size class so a steady stream
+// of early frames allocates nothing. It is guarded by the matcher's lock.
+type bufPool struct {
+	free [32][][]byte
+	kept int
+}
+
+// maxPooled bounds the bytes the pool keeps for reuse.
+const maxPooled = 64 << 20
+
+func sizeClass(n int) int {
+	c := 0
+	for (1 << c) < n {
+		c++
+	}
+	return c
+}
+
+func (p *bufPool) get(n int) []byte {
+	c := sizeClass(n)
+	if c < len(p.free) {
+		if l := len(p.free[c]); l > 0 {
+			b := p.free[c][l-1]
+			p.free[c] = p.free[c][:l-1]
+			p.kept -= cap(b)
+			return b[:n]
+		}
+	}
+	return make([]byte, n, 1<<c)
+}
+
+func (p *bufPool) put(b []byte) {
+	c := sizeClass(cap(b))
+	if c >= len(p.free) || cap(b) != 1<<c || p.kept+cap(b) > maxPooled {
+		return
+	}
+	p.kept += cap(b)
+	p.free[c] = append(p.free[c], b[:0])
+}
