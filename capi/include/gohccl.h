@@ -105,6 +105,10 @@ typedef struct gohccl_store_ops {
              char* err, size_t err_len);
 } gohccl_store_ops;
 
+/* The Go side of the library includes this header for its types only
+ * (GOHCCL_TYPES_ONLY): cgo writes its own prototypes, without const. */
+#ifndef GOHCCL_TYPES_ONLY
+
 /* gohccl_version returns the library version, e.g. "0.1.0"; static storage. */
 const char* gohccl_version(void);
 
@@ -222,6 +226,8 @@ gohccl_status gohccl_recv_wait(gohccl_comm comm, gohccl_req req,
 /* Returns 1 if the posted receive has finished (successfully or not), 0 if
  * not, -1 for an unknown handle. Does not release the handle. */
 int gohccl_recv_test(gohccl_comm comm, gohccl_req req);
+
+#endif /* GOHCCL_TYPES_ONLY */
 
 #ifdef __cplusplus
 }
