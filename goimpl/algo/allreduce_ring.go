@@ -47,9 +47,7 @@ func reduceScatterRing(o *Op, in, out []byte, count int) error {
 			}
 			acc = out
 		}
-		seg := o.Segment
-		err := o.exchange(phaseReduceScatter, s, ring.Next(), send, ring.Prev(), own,
-			func(j int, got []byte) { o.Kernel3(part(acc, seg, j), part(own, seg, j), got) })
+		err := o.exchange(phaseReduceScatter, s, ring.Next(), send, ring.Prev(), own, acc)
 		if err != nil {
 			return err
 		}

@@ -46,6 +46,8 @@ type Op struct {
 	DType   reduce.DType
 	Kernel  reduce.Kernel
 	Kernel3 reduce.Kernel3
+
+	hdr transport.Header
 }
 
 // Rank returns this rank.
@@ -63,10 +65,12 @@ func (o *Op) slot(i int) []byte { return o.Scratch[i*o.Segment : (i+1)*o.Segment
 func tag(phase, step, segment int) uint64 { return transport.StepTag(phase, step, segment) }
 
 func (o *Op) send(peer int, t uint64, payload []byte) error {
-	h := o.Stamp
-	h.Tag = t
-	h.Len = uint32(len(payload))
-	return o.Mesh.Send(peer, &h, payload, o.Deadline)
+	// The header lives in the Op: a local would escape through the Link
+	// interface and allocate on every frame.
+	o.hdr = o.Stamp
+	o.hdr.Tag = t
+	o.hdr.Len = uint32(len(payload))
+	return o.Mesh.Send(peer, &o.hdr, payload, o.Deadline)
 }
 
 // post posts receive descriptor i for the frame with tag t from peer.
@@ -116,16 +120,16 @@ func (o *Op) recvDirect(i, peer, phase, step int, b []byte) error {
 	return nil
 }
 
-// exchange sends send to sendPeer and receives recv from recvPeer in
-// segments, with the receive of segment j+1 posted before segment j is sent,
-// and calls reduce(j, slot) for each received segment when reduce is set;
-// without it, segments land in recv directly.
-func (o *Op) exchange(phase, step, sendPeer int, send []byte, recvPeer int, recv []byte,
-	reduceSeg func(j int, got []byte)) error {
+// exchange sends send to sendPeer and receives len(recv) bytes from recvPeer
+// in segments, with the receive of segment j+1 posted before segment j is
+// sent. With acc nil, segments land in recv directly. With acc set, each
+// segment lands in a scratch slot and is reduced: acc = recv op slot,
+// segment by segment (acc may be recv itself).
+func (o *Op) exchange(phase, step, sendPeer int, send []byte, recvPeer int, recv, acc []byte) error {
 	seg := o.Segment
 	nsend, nrecv := segments(len(send), seg), segments(len(recv), seg)
 	dst := func(j int) []byte {
-		if reduceSeg == nil {
+		if acc == nil {
 			return part(recv, seg, j)
 		}
 		return o.slot(j % 2)[:len(part(recv, seg, j))]
@@ -147,8 +151,8 @@ func (o *Op) exchange(phase, step, sendPeer int, send []byte, recvPeer int, recv
 			if err := o.wait(pending[j%2]); err != nil {
 				return err
 			}
-			if reduceSeg != nil {
-				reduceSeg(j, pending[j%2].Buf)
+			if acc != nil {
+				o.Kernel3(part(acc, seg, j), part(recv, seg, j), pending[j%2].Buf)
 			}
 		}
 	}

@@ -53,13 +53,15 @@ func (c *Comm) AllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op, t
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllReduce, DType: dt, Op: op, Count: uint64(count)}
-	return c.collective(fp, timeout, true, func(o *algo.Op) error {
-		if err := algo.AllReduceRing(o, buf, count); err != nil {
-			return err
-		}
-		c.finishAvg(op, dt, buf)
-		return nil
-	})
+	o, err := c.begin(fp, timeout, true)
+	if err != nil {
+		return err
+	}
+	if err := algo.AllReduceRing(o, buf, count); err != nil {
+		return c.end(err)
+	}
+	c.finishAvg(op, dt, buf)
+	return c.end(nil)
 }
 
 // Broadcast copies root's count elements of buf to every rank.
@@ -71,9 +73,11 @@ func (c *Comm) Broadcast(buf []byte, count int, dt reduce.DType, root int, timeo
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindBroadcast, DType: dt, Root: int32(root), Count: uint64(count)}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.Broadcast(o, buf, root)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.Broadcast(o, buf, root))
 }
 
 // Reduce reduces count elements of buf onto root, in place there; other
@@ -89,15 +93,17 @@ func (c *Comm) Reduce(buf []byte, count int, dt reduce.DType, op reduce.Op, root
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindReduce, DType: dt, Op: op, Root: int32(root), Count: uint64(count)}
-	return c.collective(fp, timeout, true, func(o *algo.Op) error {
-		if err := algo.Reduce(o, buf, root); err != nil {
-			return err
-		}
-		if c.rank == root {
-			c.finishAvg(op, dt, buf)
-		}
-		return nil
-	})
+	o, err := c.begin(fp, timeout, true)
+	if err != nil {
+		return err
+	}
+	if err := algo.Reduce(o, buf, root); err != nil {
+		return c.end(err)
+	}
+	if c.rank == root {
+		c.finishAvg(op, dt, buf)
+	}
+	return c.end(nil)
 }
 
 // AllGather gathers count elements from each rank into out (Size*count).
@@ -109,9 +115,11 @@ func (c *Comm) AllGather(in, out []byte, count int, dt reduce.DType, timeout tim
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllGather, DType: dt, Count: uint64(count)}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.AllGatherRing(o, in, out, count)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.AllGatherRing(o, in, out, count))
 }
 
 // ReduceScatter reduces in (Size*count elements) and leaves block Rank in
@@ -127,13 +135,15 @@ func (c *Comm) ReduceScatter(in, out []byte, count int, dt reduce.DType, op redu
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindReduceScatter, DType: dt, Op: op, Count: uint64(count)}
-	return c.collective(fp, timeout, true, func(o *algo.Op) error {
-		if err := algo.ReduceScatterRing(o, in, out, count); err != nil {
-			return err
-		}
-		c.finishAvg(op, dt, out)
-		return nil
-	})
+	o, err := c.begin(fp, timeout, true)
+	if err != nil {
+		return err
+	}
+	if err := algo.ReduceScatterRing(o, in, out, count); err != nil {
+		return c.end(err)
+	}
+	c.finishAvg(op, dt, out)
+	return c.end(nil)
 }
 
 // Gather collects count elements from every rank into root's out
@@ -151,9 +161,11 @@ func (c *Comm) Gather(in, out []byte, count int, dt reduce.DType, root int, time
 		}
 	}
 	fp := transport.Fingerprint{Kind: transport.KindGather, DType: dt, Root: int32(root), Count: uint64(count)}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.GatherDirect(o, in, out, root)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.GatherDirect(o, in, out, root))
 }
 
 // Scatter sends block p of root's in (Size*count elements) to rank p's out.
@@ -170,9 +182,11 @@ func (c *Comm) Scatter(in, out []byte, count int, dt reduce.DType, root int, tim
 		}
 	}
 	fp := transport.Fingerprint{Kind: transport.KindScatter, DType: dt, Root: int32(root), Count: uint64(count)}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.ScatterDirect(o, in, out, root)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.ScatterDirect(o, in, out, root))
 }
 
 // AllToAllV sends sendCounts[p] elements at sendOffsets[p] of in to rank p
@@ -194,9 +208,11 @@ func (c *Comm) AllToAllV(in []byte, sendCounts, sendOffsets []int, out []byte, r
 		return fmt.Errorf("%w: alltoall sends %d elements to this rank itself but expects %d", ErrInvalid, sendCounts[c.rank], recvCounts[c.rank])
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllToAll, DType: dt}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.AllToAllPairwise(o, in, send, out, recv)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.AllToAllPairwise(o, in, send, out, recv))
 }
 
 func (c *Comm) blocks(side string, b []byte, counts, offsets []int, dt reduce.DType) (algo.Blocks, error) {
@@ -218,7 +234,9 @@ func (c *Comm) blocks(side string, b []byte, counts, offsets []int, dt reduce.DT
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(timeout time.Duration) error {
 	fp := transport.Fingerprint{Kind: transport.KindBarrier, DType: reduce.Uint8}
-	return c.collective(fp, timeout, false, func(o *algo.Op) error {
-		return algo.BarrierDissemination(o)
-	})
+	o, err := c.begin(fp, timeout, false)
+	if err != nil {
+		return err
+	}
+	return c.end(algo.BarrierDissemination(o))
 }

@@ -156,22 +156,23 @@ func (c *Comm) Close() {
 	c.log.Infof("communicator %s closed", c.id)
 }
 
-// collective runs one collective: it checks the communicator, stamps the op
-// with the next sequence number, runs the schedule and turns a failure into
-// an error naming the op, its sequence number and this rank.
-// Reducing collectives pass withKernel to get the kernels of (fp.DType,
-// fp.Op) into the op; an unsupported pair fails with ErrInvalid before the
-// sequence number advances.
-func (c *Comm) collective(fp transport.Fingerprint, timeout time.Duration, withKernel bool, run func(o *algo.Op) error) error {
+// begin starts one collective: it takes the communicator's lock, checks its
+// state, resolves the reduce kernels when withKernel (an unsupported pair
+// fails with ErrInvalid before the sequence number advances), and stamps the
+// op with the next sequence number. Every successful begin is paired with an
+// end. Collectives are written as begin/schedule/end rather than with a
+// closure, which would allocate on every call.
+func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) (*algo.Op, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.Err(); err != nil {
-		return fmt.Errorf("%w: %v", ErrBroken, err)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	if withKernel {
 		k, k3, err := reduce.Lookup(fp.DType, fp.Op)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalid, err)
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		c.op.Kernel, c.op.Kernel3 = k, k3
 	}
@@ -183,13 +184,22 @@ func (c *Comm) collective(fp transport.Fingerprint, timeout time.Duration, withK
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}
-	if err := run(o); err != nil {
-		err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, err)
-		c.fail(err)
-		for i := range o.Recvs {
-			c.mesh.Matcher().WaitClaimed(&o.Recvs[i])
-		}
-		return err
+	return o, nil
+}
+
+// end finishes the collective begun by begin. A failure becomes an error
+// naming the op, its sequence number and this rank, and breaks the
+// communicator.
+func (c *Comm) end(err error) error {
+	defer c.mu.Unlock()
+	if err == nil {
+		return nil
 	}
-	return nil
+	fp := c.op.Stamp.Fingerprint
+	err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, err)
+	c.fail(err)
+	for i := range c.op.Recvs {
+		c.mesh.Matcher().WaitClaimed(&c.op.Recvs[i])
+	}
+	return err
 }

@@ -482,7 +482,7 @@ func TestInvalidArguments(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	for name, err := range map[string]error{
-		"short buffer": c.AllReduce(make([]byte, 3), 1, reduce.Float32, reduce.Sum, 0),
+		"short buffer":  c.AllReduce(make([]byte, 3), 1, reduce.Float32, reduce.Sum, 0),
 		"bitwise float": c.AllReduce(make([]byte, 4), 1, reduce.Float32, reduce.BAnd, 0),
 		"root":          c.Broadcast(make([]byte, 4), 1, reduce.Float32, 3, 0),
 		"peer":          c.Send(2, 0, make([]byte, 4), 1, reduce.Float32, 0),

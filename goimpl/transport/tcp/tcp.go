@@ -314,9 +314,10 @@ type Link struct {
 	closed  atomic.Bool
 	done    chan struct{}
 
-	wmu  sync.Mutex
-	wbuf []byte
-	iov  net.Buffers
+	wmu    sync.Mutex
+	wbuf   []byte
+	iov    net.Buffers
+	iovArr [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
 }
 
 // NewLink wraps an established connection to peer and starts its receive
@@ -346,7 +347,8 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 		n := copy(l.wbuf[transport.HeaderSize:], payload)
 		_, err = l.conn.Write(l.wbuf[:transport.HeaderSize+n])
 	} else {
-		l.iov = append(l.iov[:0], l.wbuf[:transport.HeaderSize], payload)
+		l.iovArr = [2][]byte{l.wbuf[:transport.HeaderSize], payload}
+		l.iov = l.iovArr[:]
 		_, err = l.iov.WriteTo(l.conn)
 	}
 	if err != nil {

@@ -1,0 +1,59 @@
+# gohccl: the two commands a user needs are `make demo` and `make test`.
+# Every target installs what it needs, idempotently: a virtualenv at .venv
+# with torch and the test dependencies from PyPI, the Go modules, and the
+# build of libgohccl.so and the torch extension.
+
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+TORCH   := torch==2.14.1
+GO      ?= go
+
+GO_SRC  := $(shell find goimpl capi -name '*.go' -o -name '*.s' -o -name '*.h' 2>/dev/null)
+CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
+BUILT   := $(VENV)/.gohccl-built
+
+.PHONY: demo test build go-test go-vet py-test capi-test clean bench
+
+# The Python environment: torch and the test tools. The stamp records the
+# requirement line, so changing it reinstalls.
+$(VENV)/.deps: requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q $(TORCH) -r requirements-dev.txt
+	touch $@
+
+go.sum.stamp := $(VENV)/.gomod
+$(go.sum.stamp): go.mod go.sum | $(VENV)/.deps
+	$(GO) mod download
+	touch $@
+
+# libgohccl.so and the extension, rebuilt when any source changes.
+$(BUILT): $(VENV)/.deps $(go.sum.stamp) $(GO_SRC) $(CXX_SRC)
+	MAX_JOBS=2 $(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+build: $(BUILT)
+
+go-vet: $(go.sum.stamp)
+	$(GO) vet ./...
+
+go-test: $(go.sum.stamp)
+	$(GO) test -count=1 -timeout 20m ./...
+
+py-test: $(BUILT)
+	$(PY) -m pytest tests -q
+
+capi-test: $(BUILT)
+	cmake -S . -B build/cmake -G Ninja -DGOHCCL_WITH_TORCH=OFF >/dev/null
+	cmake --build build/cmake
+	cd build/cmake && ctest --output-on-failure
+
+test: go-vet go-test capi-test py-test
+
+demo: $(BUILT)
+	$(VENV)/bin/torchrun --standalone --nproc-per-node 2 benchmarks/demo_ddp.py
+
+clean:
+	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)
