@@ -150,9 +150,16 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 	results := make(chan result)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var pmu sync.Mutex
+	pending := map[*net.TCPConn]bool{} // connections still in their handshake
 	defer func() {
 		close(stop)
 		l.ln.SetDeadline(time.Now()) // unblock the accept loop
+		pmu.Lock()
+		for c := range pending {
+			c.Close() // a silent connection must not hold up the bootstrap
+		}
+		pmu.Unlock()
 		wg.Wait()
 		l.ln.SetDeadline(time.Time{})
 	}()
@@ -177,10 +184,16 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 				time.Sleep(10 * time.Millisecond)
 				continue
 			}
+			pmu.Lock()
+			pending[c] = true
+			pmu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				from, err := serverHandshake(c, id, rank, deadline)
+				pmu.Lock()
+				delete(pending, c)
+				pmu.Unlock()
 				if err != nil {
 					warn("dropped a connection from %s: %v", c.RemoteAddr(), err)
 					c.Close()

@@ -1,0 +1,128 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gohccl/gohccl/goimpl/reduce"
+)
+
+func sampleHeader() Header {
+	return Header{
+		Fingerprint: Fingerprint{Kind: KindReduceScatter, DType: reduce.BFloat16, Op: reduce.Max, Root: -1, Count: 1<<40 + 3},
+		Seq:         77, Tag: StepTag(2, 5, 9), Len: 4096,
+	}
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	h := sampleHeader()
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	var got Header
+	require.NoError(t, got.Decode(b[:]))
+	assert.Equal(t, h, got)
+}
+
+func TestHeaderRejectsMalformed(t *testing.T) {
+	h := sampleHeader()
+	cases := map[string]struct {
+		mutate func(b []byte)
+		want   string
+	}{
+		"magic":    {func(b []byte) { b[0] ^= 0xff }, "bad magic"},
+		"version":  {func(b []byte) { b[2] = 9 }, "protocol version 9"},
+		"kind":     {func(b []byte) { b[3] = 200 }, "unknown kind"},
+		"kind0":    {func(b []byte) { b[3] = 0 }, "unknown kind"},
+		"dtype":    {func(b []byte) { b[4] = 77 }, "unknown dtype"},
+		"op":       {func(b []byte) { b[5] = 99 }, "unknown op"},
+		"reserved": {func(b []byte) { b[7] = 1 }, "reserved"},
+		"oversize": {func(b []byte) { b[39] = 0xff }, "payload bytes"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b [HeaderSize]byte
+			h.Encode(b[:])
+			tc.mutate(b[:])
+			var got Header
+			err := got.Decode(b[:])
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	var got Header
+	assert.ErrorContains(t, got.Decode(make([]byte, 10)), "truncated")
+}
+
+// FuzzHeaderDecode checks that decoding never panics and that whatever it
+// accepts encodes back to the same bytes.
+func FuzzHeaderDecode(f *testing.F) {
+	h := sampleHeader()
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	f.Add(b[:])
+	f.Add(make([]byte, HeaderSize))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var h Header
+		if h.Decode(in) != nil {
+			return
+		}
+		var out [HeaderSize]byte
+		h.Encode(out[:])
+		if string(out[:]) != string(in[:HeaderSize]) {
+			t.Fatalf("decode/encode changed the header: %x -> %x", in[:HeaderSize], out)
+		}
+	})
+}
+
+func TestMatcherStashAndOrder(t *testing.T) {
+	m := NewMatcher(0, 3)
+	mk := func(seq uint64, tag uint64, n int) Header {
+		return Header{Fingerprint: Fingerprint{Kind: KindAllReduce, DType: reduce.Uint8, Count: 9}, Seq: seq, Tag: tag, Len: uint32(n)}
+	}
+	// Two frames from rank 1 arrive before any receive is posted.
+	h1, h2 := mk(1, 0, 2), mk(1, 1, 3)
+	m.Deliver(1, &h1, []byte{1, 2})
+	m.Deliver(1, &h2, []byte{3, 4, 5})
+	var r1, r2 Recv
+	r1 = Recv{Peer: 1, Want: h1, Buf: make([]byte, 2)}
+	r2 = Recv{Peer: 1, Want: h2, Buf: make([]byte, 3)}
+	m.Post(&r1)
+	m.Post(&r2)
+	require.True(t, r1.Done())
+	require.NoError(t, r1.Err())
+	require.NoError(t, r2.Err())
+	assert.Equal(t, []byte{1, 2}, r1.Buf)
+	assert.Equal(t, []byte{3, 4, 5}, r2.Buf)
+
+	// A frame of another collective fails the posted receive with both sides named.
+	var r3 Recv
+	r3 = Recv{Peer: 2, Want: mk(2, 0, 1), Buf: make([]byte, 1)}
+	m.Post(&r3)
+	other := Header{Fingerprint: Fingerprint{Kind: KindBroadcast, DType: reduce.Uint8, Count: 9, Root: 1}, Seq: 2, Len: 1}
+	m.Deliver(2, &other, []byte{7})
+	require.True(t, r3.Done())
+	require.ErrorIs(t, r3.Err(), ErrMismatch)
+	assert.Contains(t, r3.Err().Error(), "allreduce")
+	assert.Contains(t, r3.Err().Error(), "broadcast")
+	assert.Contains(t, r3.Err().Error(), "rank 2")
+}
+
+func TestMatcherFailAndClose(t *testing.T) {
+	m := NewMatcher(0, 2)
+	r := Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}}}
+	m.Post(&r)
+	m.Fail(1, ErrPeerLost)
+	require.ErrorIs(t, r.Err(), ErrPeerLost)
+	var r2 Recv
+	r2 = Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}}}
+	m.Post(&r2)
+	require.ErrorIs(t, r2.Err(), ErrPeerLost, "a receive from a dead peer fails at once")
+	m.Close(ErrClosed)
+	var r3 Recv
+	r3 = Recv{Peer: 0, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}}}
+	m.Post(&r3)
+	require.ErrorIs(t, r3.Err(), ErrClosed)
+}
