@@ -29,7 +29,7 @@ var Vars = []Var{
 	{"GOHCCL_DEBUG", "WARN | INFO | TRACE", "WARN",
 		"Log level on stderr, each line prefixed with the rank. INFO prints each communicator's ranks, transports and algorithm choices; TRACE every operation."},
 	{"GOHCCL_ALGO", "string", "auto",
-		"Algorithm override in HCCL's syntax: `ring`, or per level `level0:ring;level1:ring`, optionally per collective `allreduce=ring/broadcast=chain`. Unset or `auto` lets gohccl choose."},
+		"Algorithm override in HCCL's syntax. This build knows `ring` (the ring schedules for all-reduce, allgather and reduce-scatter) and `auto`; the per-level and per-collective forms come with the tree algorithms."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
@@ -103,7 +103,10 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	default:
 		return c, fmt.Errorf("GOHCCL_DEBUG=%q: want WARN, INFO or TRACE", get("GOHCCL_DEBUG"))
 	}
-	c.Algo = get("GOHCCL_ALGO")
+	c.Algo = strings.ToLower(get("GOHCCL_ALGO"))
+	if c.Algo != "auto" && c.Algo != "ring" {
+		return c, fmt.Errorf("GOHCCL_ALGO=%q: this build knows `auto` and `ring`", get("GOHCCL_ALGO"))
+	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	return c, c.Validate()

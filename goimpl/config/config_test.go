@@ -1,0 +1,72 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the README's variable table from the registry")
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaults(t *testing.T) {
+	c := Default()
+	assert.Equal(t, int64(8<<20), c.BuffSize)
+	assert.Equal(t, Warn, c.Debug)
+	assert.Equal(t, "auto", c.Algo)
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"1048576": 1 << 20, "512K": 512 << 10, "8M": 8 << 20, "1g": 1 << 30, "64KiB": 64 << 10, " 2MB ": 2 << 20} {
+		got, err := ParseBytes(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"", "x", "-1", "1.5M", "12Q", "99999999999999999999"} {
+		_, err := ParseBytes(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestMalformedValuesNamed(t *testing.T) {
+	for name, val := range map[string]string{"GOHCCL_BUFFSIZE": "lots", "GOHCCL_DEBUG": "LOUD"} {
+		_, err := Load(env(map[string]string{name: val}))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), name)
+	}
+	_, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "1K"}))
+	assert.ErrorContains(t, err, "minimum")
+	c, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "16M", "GOHCCL_DEBUG": "info"}))
+	require.NoError(t, err)
+	assert.Equal(t, int64(16<<20), c.BuffSize)
+	assert.Equal(t, Info, c.Debug)
+}
+
+const (
+	tableBegin = "<!-- config-table:begin (go test ./goimpl/config -update) -->\n"
+	tableEnd   = "<!-- config-table:end -->"
+)
+
+// TestReadmeTableIsCurrent keeps the README's table of variables generated
+// from the registry; run with -update to rewrite it.
+func TestReadmeTableIsCurrent(t *testing.T) {
+	const path = "../../README.md"
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	s := string(raw)
+	i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
+	require.True(t, i >= 0 && j > i, "README.md lacks the config-table markers")
+	want := s[:i+len(tableBegin)] + Markdown() + s[j:]
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(want), 0o644))
+		return
+	}
+	assert.Equal(t, want, s, "README's variable table is stale: go test ./goimpl/config -update")
+}
