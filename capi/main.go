@@ -233,8 +233,9 @@ func gohccl_comm_create(ops *C.gohccl_store_ops, ctx unsafe.Pointer, rank, size 
 		return finish(fmt.Errorf("%w: %v", errConfig, err), errBuf, errN)
 	}
 	master, _ := cEnv("MASTER_ADDR")
+	_, userProcs := cEnv("GOMAXPROCS")
 	c, err := comm.New(cStore{ops, ctx}, comm.Options{Rank: int(rank), Size: int(size), Timeout: timeout(timeoutMs),
-		Config: cfg, MasterAddr: master})
+		Config: cfg, MasterAddr: master, CapProcs: !userProcs})
 	if err != nil {
 		return finish(err, errBuf, errN)
 	}

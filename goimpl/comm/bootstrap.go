@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -136,6 +137,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		tl[p] = tcp.NewLink(conn, p, matcher)
 	}
 	mesh := transport.NewMesh(rank, tl, matcher)
+	if opt.CapProcs {
+		capProcs(peers, me.Host, log)
+	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	if opt.Config.Debug >= config.Info {
 		for p, pi := range peers {
@@ -238,6 +242,21 @@ func firstIPv4(ifi *net.Interface) string {
 		}
 	}
 	return ""
+}
+
+// capProcs caps GOMAXPROCS by the number of ranks on this host.
+func capProcs(peers []peerInfo, host string, log *Logger) {
+	local := 0
+	for _, p := range peers {
+		if p.Host == host {
+			local++
+		}
+	}
+	want := max(2, runtime.NumCPU()/max(local, 1))
+	if want < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(want)
+		log.Infof("GOMAXPROCS set to %d: %d ranks share this host's %d cores", want, local, runtime.NumCPU())
+	}
 }
 
 // hostIdentity names this host: two containers sharing a hostname differ in

@@ -47,6 +47,10 @@ type Options struct {
 	// MasterAddr, when set, is the host ranks rendezvous at; the TCP
 	// transport listens on the interface that routes to it.
 	MasterAddr string
+	// CapProcs lowers GOMAXPROCS to this host's cores divided by the ranks
+	// on it (at least 2), so that several ranks' Go runtimes do not each
+	// spin up a thread per core. Set it unless the user set GOMAXPROCS.
+	CapProcs bool
 }
 
 // Comm is one rank's communicator.
