@@ -1,6 +1,7 @@
-//go:build !amd64
+//go:build !amd64 || purego
 
 package reduce
 
-// platformPaths returns no assembly paths: other platforms run the scalar kernels.
+// platformPaths returns no assembly paths: other platforms, and amd64 built with the
+// purego tag, run the scalar kernels.
 func platformPaths() []*path { return nil }

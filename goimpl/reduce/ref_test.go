@@ -215,6 +215,9 @@ func refInt(dt DType, p []byte) int64 {
 // refDivide returns the reference for one element of DivideInPlace.
 func refDivide(dt DType, p []byte, n int) []byte {
 	out := make([]byte, dt.Size())
+	if n == 1 {
+		return append(out[:0], p...) // dividing by one leaves the buffer as it is
+	}
 	le := binary.LittleEndian
 	switch dt {
 	case Float32:
