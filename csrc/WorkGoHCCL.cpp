@@ -1,0 +1,248 @@
+// WorkGoHCCL and WorkQueue: how one operation is run, completed and waited
+// for. See ProcessGroupGoHCCL.hpp for the threading model.
+#include "ProcessGroupGoHCCL.hpp"
+
+#include <pthread.h>
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+namespace gohccl {
+
+GoError::GoError(gohccl_status status, const std::string& msg)
+    : c10::DistBackendError(
+          {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+          msg),
+      status_(status) {}
+
+WorkGoHCCL::WorkGoHCCL(
+    int rank,
+    c10d::OpType opType,
+    std::string name,
+    uint64_t seq,
+    std::chrono::milliseconds timeout,
+    std::vector<at::Tensor> outputs,
+    Body body,
+    bool waitRunsBody,
+    std::shared_ptr<std::atomic<int>> errorState)
+    // No profiling title: Work would open a profiler range that only its own
+    // finish() closes.
+    : c10d::Work(rank, opType, nullptr, std::nullopt),
+      body_(std::move(body)),
+      waitRunsBody_(waitRunsBody),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::ofTensors())),
+      name_(std::move(name)),
+      seq_(seq),
+      timeout_(timeout),
+      errorState_(std::move(errorState)) {}
+
+WorkGoHCCL::~WorkGoHCCL() = default;
+
+bool WorkGoHCCL::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WorkGoHCCL::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr WorkGoHCCL::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+int WorkGoHCCL::sourceRank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(
+      completed_,
+      "gohccl: sourceRank() of ",
+      name_,
+      " was asked before the receive completed; wait() for it first");
+  TORCH_CHECK(
+      !exception_, "gohccl: ", name_, " failed, so it has no source rank");
+  return source_;
+}
+
+std::vector<at::Tensor> WorkGoHCCL::result() {
+  return outputs_;
+}
+
+bool WorkGoHCCL::wait(std::chrono::milliseconds timeout) {
+  // A receive nobody has started yet is finished here rather than behind
+  // earlier receives on the completion thread. Not under a wait timeout:
+  // gohccl_recv_wait's own deadline is the receive's, and a receive that
+  // times out breaks the communicator.
+  if (waitRunsBody_ && timeout == kNoTimeout) {
+    run();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [this] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+    lock.unlock();
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "gohccl: ",
+            name_,
+            " did not complete within the ",
+            timeout.count(),
+            " ms given to wait(); it is still in progress under its own ",
+            timeout_.count(),
+            " ms deadline"));
+  }
+  if (exception_) {
+    std::rethrow_exception(exception_);
+  }
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkGoHCCL::getFuture() {
+  return future_;
+}
+
+uint64_t WorkGoHCCL::getSequencenumber() const {
+  return seq_;
+}
+
+std::chrono::milliseconds WorkGoHCCL::getTimeout() const {
+  return timeout_;
+}
+
+bool WorkGoHCCL::run() {
+  if (claimed_.exchange(true)) {
+    return false;
+  }
+  Body body = std::move(body_);
+  int source = -1;
+  std::exception_ptr err;
+  try {
+    at::ThreadLocalStateGuard tlsGuard(tls_);
+    // The body only moves data into place; nothing in it is differentiable.
+    at::NoGradGuard noGrad;
+    source = body();
+  } catch (const GoError& e) {
+    if (errorState_) {
+      errorState_->store(static_cast<int>(
+          e.status() == GOHCCL_ERR_TIMEOUT ? c10d::ErrorType::TIMEOUT
+                                           : c10d::ErrorType::COMM_ERROR));
+    }
+    err = std::current_exception();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  // Drop the body's references (scratch buffers, caller tensors) before
+  // callbacks run, so the outputs are all that stays alive.
+  body = nullptr;
+  complete(source, err);
+  return true;
+}
+
+bool WorkGoHCCL::fail(std::exception_ptr err) {
+  if (claimed_.exchange(true)) {
+    return false;
+  }
+  body_ = nullptr;
+  complete(-1, std::move(err));
+  return true;
+}
+
+void WorkGoHCCL::complete(int source, std::exception_ptr err) {
+  // The future first: wait() must not return while get_future() still looks
+  // pending. markCompleted and setError run the future's callbacks (DDP's
+  // among them) inline, so no lock is held here.
+  try {
+    if (err) {
+      future_->setError(err);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  } catch (const std::exception& e) {
+    // A callback threw past the future; the work itself still completes.
+    LOG(ERROR) << "gohccl: a callback on the future of " << name_
+               << " threw: " << e.what();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    source_ = source;
+    exception_ = std::move(err);
+    completed_ = true;
+  }
+  cv_.notify_all();
+}
+
+WorkQueue::WorkQueue(std::string threadName)
+    : threadName_(std::move(threadName)) {
+  thread_ = std::thread([this] { loop(); });
+  // Linux limits thread names to 15 characters.
+  pthread_setname_np(
+      thread_.native_handle(), threadName_.substr(0, 15).c_str());
+}
+
+WorkQueue::~WorkQueue() {
+  for (auto& work : stop(false)) {
+    work->fail(std::make_exception_ptr(c10::DistBackendError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        "gohccl: process group destroyed before " + work->name() + " ran")));
+  }
+}
+
+void WorkQueue::push(c10::intrusive_ptr<WorkGoHCCL> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(
+        !stopping_,
+        "gohccl: process group destroyed; ",
+        work->name(),
+        " was issued after shutdown");
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+std::vector<c10::intrusive_ptr<WorkGoHCCL>> WorkQueue::stop(bool drain) {
+  std::vector<c10::intrusive_ptr<WorkGoHCCL>> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    drain_ = drain;
+    if (!drain) {
+      left.assign(queue_.begin(), queue_.end());
+      queue_.clear();
+    }
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+  return left;
+}
+
+bool WorkQueue::busy() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return running_ || !queue_.empty();
+}
+
+void WorkQueue::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty() || (stopping_ && !drain_)) {
+      return;
+    }
+    auto work = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    work->run();
+    work.reset();
+    lock.lock();
+    running_ = false;
+  }
+}
+
+} // namespace gohccl
