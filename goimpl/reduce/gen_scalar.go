@@ -75,7 +75,6 @@ var le = binary.LittleEndian
 
 `)
 	// In every loop a and b are read before dst is written, so dst may alias either.
-	// Loading p := a / p := b inside one expression keeps the load template uniform.
 	var table strings.Builder
 	table.WriteString("// scalarKernels holds the portable kernel of every supported (dtype, op); Avg is\n// looked up as Sum.\nvar scalarKernels = [numDTypes][numOps]Kernel3{\n")
 	for _, d := range dtypes {
@@ -86,15 +85,22 @@ var le = binary.LittleEndian
 				continue
 			}
 			fn := d.prefix + o.suffix
-			loadA := strings.ReplaceAll(d.load, "p[", "a[")
-			loadB := strings.ReplaceAll(d.load, "p[", "b[")
+			// After the reslice the compiler knows that a and b are as long as dst,
+			// so the loop condition on dst removes most bounds checks.
+			win := fmt.Sprintf("[i:i+%d]", d.size)
+			loadA := strings.ReplaceAll(strings.ReplaceAll(d.load, "p[i:]", "a"+win), "p[i]", "a[i]")
+			loadB := strings.ReplaceAll(strings.ReplaceAll(d.load, "p[i:]", "b"+win), "p[i]", "b[i]")
+			store := strings.ReplaceAll(d.store, "dst[i:]", "dst"+win)
 			fmt.Fprintf(&b, "func %s(dst, a, b []byte) {\n", fn)
-			fmt.Fprintf(&b, "\tn := len(dst) / %d * %d\n", d.size, d.size)
-			b.WriteString("\ta, b = a[:n], b[:n]\n")
-			fmt.Fprintf(&b, "\tfor i := 0; i < n; i += %d {\n", d.size)
+			b.WriteString("\ta, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic\n")
+			if d.size == 1 {
+				b.WriteString("\tfor i := range dst {\n")
+			} else {
+				fmt.Fprintf(&b, "\tfor i := 0; i+%[1]d <= len(dst); i += %[1]d {\n", d.size)
+			}
 			fmt.Fprintf(&b, "\t\tx, y := %s, %s\n", loadA, loadB)
 			fmt.Fprintf(&b, "\t\tv := %s\n", expr)
-			fmt.Fprintf(&b, "\t\t%s\n", d.store)
+			fmt.Fprintf(&b, "\t\t%s\n", store)
 			b.WriteString("\t}\n}\n\n")
 			fmt.Fprintf(&table, "\t\t%s: %s,\n", o.name, fn)
 		}

@@ -11,27 +11,20 @@ import "math"
 // exact in float32. A signalling NaN comes back quiet, as VCVTPH2PS returns it.
 func f16ToF32(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch {
-	case exp == 0x1f && mant != 0:
-		return math.Float32frombits(sign | 0x7fc00000 | mant<<13)
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000)
-	case exp != 0:
-		// Rebias the exponent from 15 to 127.
-		return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-	case mant == 0:
-		return math.Float32frombits(sign)
+	bits := uint32(h&0x7fff) << 13 // exponent and mantissa in float32 position
+	switch exp := bits & 0x0f800000; exp {
+	case 0x0f800000: // infinity or NaN: all-ones exponent, quiet bit set on NaN
+		if bits&0x7fe000 != 0 {
+			bits |= 0x400000
+		}
+		return math.Float32frombits(sign | 0x7f800000 | bits&0x7fe000)
+	case 0:
+		// Zero or subnormal, mant * 2^-24: give it the exponent of 2^-14 and the
+		// implicit one, then subtract 2^-14 again; the subtraction is exact.
+		f := math.Float32frombits(bits+(127-15+1)<<23) - math.Float32frombits((127-15+1)<<23)
+		return math.Float32frombits(sign | math.Float32bits(f))
 	}
-	// Subnormal: mant * 2^-24. Shift the leading one up to the implicit-bit position,
-	// lowering the exponent of the smallest normal (2^-14) by one per shift.
-	e := uint32(127 - 14)
-	for mant&0x400 == 0 {
-		mant <<= 1
-		e--
-	}
-	return math.Float32frombits(sign | e<<23 | (mant&0x3ff)<<13)
+	return math.Float32frombits(sign | bits + (127-15)<<23) // rebias the exponent
 }
 
 // f32ToF16 rounds a float32 to binary16, to nearest with ties to even, as VCVTPS2PH
@@ -69,12 +62,11 @@ func f32ToF16(f float32) uint16 {
 		}
 		return sign | uint16(q)
 	}
-	h := uint32(e)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
-		h++ // a carry out of the mantissa bumps the exponent, up to infinity (0x7c00)
-	}
-	return sign | uint16(h)
+	// Round without a branch, which random data would mispredict half the time: add
+	// just under half a binary16 ulp plus the lowest kept bit, then drop the 13 extra
+	// bits. A carry out of the mantissa bumps the exponent, up to infinity (0x7c00).
+	t := uint32(e)<<23 | mant
+	return sign | uint16((t+0x0fff+(t>>13)&1)>>13)
 }
 
 // bf16ToF32 widens a bfloat16 value: it is the upper half of a float32.

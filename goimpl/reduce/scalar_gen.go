@@ -10,169 +10,152 @@ import (
 var le = binary.LittleEndian
 
 func f32Sum(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := math.Float32frombits(le.Uint32(a[i:])), math.Float32frombits(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := math.Float32frombits(le.Uint32(a[i:i+4])), math.Float32frombits(le.Uint32(b[i:i+4]))
 		v := x + y
-		le.PutUint32(dst[i:], math.Float32bits(v))
+		le.PutUint32(dst[i:i+4], math.Float32bits(v))
 	}
 }
 
 func f32Product(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := math.Float32frombits(le.Uint32(a[i:])), math.Float32frombits(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := math.Float32frombits(le.Uint32(a[i:i+4])), math.Float32frombits(le.Uint32(b[i:i+4]))
 		v := x * y
-		le.PutUint32(dst[i:], math.Float32bits(v))
+		le.PutUint32(dst[i:i+4], math.Float32bits(v))
 	}
 }
 
 func f32Min(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := math.Float32frombits(le.Uint32(a[i:])), math.Float32frombits(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := math.Float32frombits(le.Uint32(a[i:i+4])), math.Float32frombits(le.Uint32(b[i:i+4]))
 		v := min(x, y)
-		le.PutUint32(dst[i:], math.Float32bits(v))
+		le.PutUint32(dst[i:i+4], math.Float32bits(v))
 	}
 }
 
 func f32Max(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := math.Float32frombits(le.Uint32(a[i:])), math.Float32frombits(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := math.Float32frombits(le.Uint32(a[i:i+4])), math.Float32frombits(le.Uint32(b[i:i+4]))
 		v := max(x, y)
-		le.PutUint32(dst[i:], math.Float32bits(v))
+		le.PutUint32(dst[i:i+4], math.Float32bits(v))
 	}
 }
 
 func f64Sum(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := math.Float64frombits(le.Uint64(a[i:])), math.Float64frombits(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := math.Float64frombits(le.Uint64(a[i:i+8])), math.Float64frombits(le.Uint64(b[i:i+8]))
 		v := x + y
-		le.PutUint64(dst[i:], math.Float64bits(v))
+		le.PutUint64(dst[i:i+8], math.Float64bits(v))
 	}
 }
 
 func f64Product(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := math.Float64frombits(le.Uint64(a[i:])), math.Float64frombits(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := math.Float64frombits(le.Uint64(a[i:i+8])), math.Float64frombits(le.Uint64(b[i:i+8]))
 		v := x * y
-		le.PutUint64(dst[i:], math.Float64bits(v))
+		le.PutUint64(dst[i:i+8], math.Float64bits(v))
 	}
 }
 
 func f64Min(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := math.Float64frombits(le.Uint64(a[i:])), math.Float64frombits(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := math.Float64frombits(le.Uint64(a[i:i+8])), math.Float64frombits(le.Uint64(b[i:i+8]))
 		v := min(x, y)
-		le.PutUint64(dst[i:], math.Float64bits(v))
+		le.PutUint64(dst[i:i+8], math.Float64bits(v))
 	}
 }
 
 func f64Max(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := math.Float64frombits(le.Uint64(a[i:])), math.Float64frombits(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := math.Float64frombits(le.Uint64(a[i:i+8])), math.Float64frombits(le.Uint64(b[i:i+8]))
 		v := max(x, y)
-		le.PutUint64(dst[i:], math.Float64bits(v))
+		le.PutUint64(dst[i:i+8], math.Float64bits(v))
 	}
 }
 
 func f16Sum(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:])), f16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
 		v := x + y
-		le.PutUint16(dst[i:], f32ToF16(v))
+		le.PutUint16(dst[i:i+2], f32ToF16(v))
 	}
 }
 
 func f16Product(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:])), f16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
 		v := x * y
-		le.PutUint16(dst[i:], f32ToF16(v))
+		le.PutUint16(dst[i:i+2], f32ToF16(v))
 	}
 }
 
 func f16Min(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:])), f16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
 		v := min(x, y)
-		le.PutUint16(dst[i:], f32ToF16(v))
+		le.PutUint16(dst[i:i+2], f32ToF16(v))
 	}
 }
 
 func f16Max(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:])), f16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
 		v := max(x, y)
-		le.PutUint16(dst[i:], f32ToF16(v))
+		le.PutUint16(dst[i:i+2], f32ToF16(v))
 	}
 }
 
 func bf16Sum(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := bf16ToF32(le.Uint16(a[i:])), bf16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := bf16ToF32(le.Uint16(a[i:i+2])), bf16ToF32(le.Uint16(b[i:i+2]))
 		v := x + y
-		le.PutUint16(dst[i:], f32ToBF16(v))
+		le.PutUint16(dst[i:i+2], f32ToBF16(v))
 	}
 }
 
 func bf16Product(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := bf16ToF32(le.Uint16(a[i:])), bf16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := bf16ToF32(le.Uint16(a[i:i+2])), bf16ToF32(le.Uint16(b[i:i+2]))
 		v := x * y
-		le.PutUint16(dst[i:], f32ToBF16(v))
+		le.PutUint16(dst[i:i+2], f32ToBF16(v))
 	}
 }
 
 func bf16Min(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := bf16ToF32(le.Uint16(a[i:])), bf16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := bf16ToF32(le.Uint16(a[i:i+2])), bf16ToF32(le.Uint16(b[i:i+2]))
 		v := min(x, y)
-		le.PutUint16(dst[i:], f32ToBF16(v))
+		le.PutUint16(dst[i:i+2], f32ToBF16(v))
 	}
 }
 
 func bf16Max(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := bf16ToF32(le.Uint16(a[i:])), bf16ToF32(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := bf16ToF32(le.Uint16(a[i:i+2])), bf16ToF32(le.Uint16(b[i:i+2]))
 		v := max(x, y)
-		le.PutUint16(dst[i:], f32ToBF16(v))
+		le.PutUint16(dst[i:i+2], f32ToBF16(v))
 	}
 }
 
 func i8Sum(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := x + y
 		dst[i] = byte(v)
@@ -180,9 +163,8 @@ func i8Sum(dst, a, b []byte) {
 }
 
 func i8Product(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := x * y
 		dst[i] = byte(v)
@@ -190,9 +172,8 @@ func i8Product(dst, a, b []byte) {
 }
 
 func i8Min(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := min(x, y)
 		dst[i] = byte(v)
@@ -200,9 +181,8 @@ func i8Min(dst, a, b []byte) {
 }
 
 func i8Max(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := max(x, y)
 		dst[i] = byte(v)
@@ -210,9 +190,8 @@ func i8Max(dst, a, b []byte) {
 }
 
 func i8BAnd(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := x & y
 		dst[i] = byte(v)
@@ -220,9 +199,8 @@ func i8BAnd(dst, a, b []byte) {
 }
 
 func i8BOr(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := x | y
 		dst[i] = byte(v)
@@ -230,9 +208,8 @@ func i8BOr(dst, a, b []byte) {
 }
 
 func i8BXor(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := int8(a[i]), int8(b[i])
 		v := x ^ y
 		dst[i] = byte(v)
@@ -240,9 +217,8 @@ func i8BXor(dst, a, b []byte) {
 }
 
 func u8Sum(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := x + y
 		dst[i] = v
@@ -250,9 +226,8 @@ func u8Sum(dst, a, b []byte) {
 }
 
 func u8Product(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := x * y
 		dst[i] = v
@@ -260,9 +235,8 @@ func u8Product(dst, a, b []byte) {
 }
 
 func u8Min(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := min(x, y)
 		dst[i] = v
@@ -270,9 +244,8 @@ func u8Min(dst, a, b []byte) {
 }
 
 func u8Max(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := max(x, y)
 		dst[i] = v
@@ -280,9 +253,8 @@ func u8Max(dst, a, b []byte) {
 }
 
 func u8BAnd(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := x & y
 		dst[i] = v
@@ -290,9 +262,8 @@ func u8BAnd(dst, a, b []byte) {
 }
 
 func u8BOr(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := x | y
 		dst[i] = v
@@ -300,9 +271,8 @@ func u8BOr(dst, a, b []byte) {
 }
 
 func u8BXor(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := a[i], b[i]
 		v := x ^ y
 		dst[i] = v
@@ -310,219 +280,197 @@ func u8BXor(dst, a, b []byte) {
 }
 
 func i16Sum(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := x + y
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16Product(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := x * y
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16Min(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := min(x, y)
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16Max(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := max(x, y)
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16BAnd(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := x & y
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16BOr(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := x | y
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i16BXor(dst, a, b []byte) {
-	n := len(dst) / 2 * 2
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 2 {
-		x, y := int16(le.Uint16(a[i:])), int16(le.Uint16(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+2 <= len(dst); i += 2 {
+		x, y := int16(le.Uint16(a[i:i+2])), int16(le.Uint16(b[i:i+2]))
 		v := x ^ y
-		le.PutUint16(dst[i:], uint16(v))
+		le.PutUint16(dst[i:i+2], uint16(v))
 	}
 }
 
 func i32Sum(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := x + y
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32Product(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := x * y
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32Min(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := min(x, y)
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32Max(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := max(x, y)
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32BAnd(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := x & y
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32BOr(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := x | y
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i32BXor(dst, a, b []byte) {
-	n := len(dst) / 4 * 4
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 4 {
-		x, y := int32(le.Uint32(a[i:])), int32(le.Uint32(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x, y := int32(le.Uint32(a[i:i+4])), int32(le.Uint32(b[i:i+4]))
 		v := x ^ y
-		le.PutUint32(dst[i:], uint32(v))
+		le.PutUint32(dst[i:i+4], uint32(v))
 	}
 }
 
 func i64Sum(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := x + y
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64Product(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := x * y
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64Min(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := min(x, y)
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64Max(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := max(x, y)
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64BAnd(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := x & y
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64BOr(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := x | y
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func i64BXor(dst, a, b []byte) {
-	n := len(dst) / 8 * 8
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 8 {
-		x, y := int64(le.Uint64(a[i:])), int64(le.Uint64(b[i:]))
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := 0; i+8 <= len(dst); i += 8 {
+		x, y := int64(le.Uint64(a[i:i+8])), int64(le.Uint64(b[i:i+8]))
 		v := x ^ y
-		le.PutUint64(dst[i:], uint64(v))
+		le.PutUint64(dst[i:i+8], uint64(v))
 	}
 }
 
 func boolSum(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x | y
 		dst[i] = v
@@ -530,9 +478,8 @@ func boolSum(dst, a, b []byte) {
 }
 
 func boolProduct(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x & y
 		dst[i] = v
@@ -540,9 +487,8 @@ func boolProduct(dst, a, b []byte) {
 }
 
 func boolMin(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x & y
 		dst[i] = v
@@ -550,9 +496,8 @@ func boolMin(dst, a, b []byte) {
 }
 
 func boolMax(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x | y
 		dst[i] = v
@@ -560,9 +505,8 @@ func boolMax(dst, a, b []byte) {
 }
 
 func boolBAnd(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x & y
 		dst[i] = v
@@ -570,9 +514,8 @@ func boolBAnd(dst, a, b []byte) {
 }
 
 func boolBOr(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x | y
 		dst[i] = v
@@ -580,9 +523,8 @@ func boolBOr(dst, a, b []byte) {
 }
 
 func boolBXor(dst, a, b []byte) {
-	n := len(dst) / 1 * 1
-	a, b = a[:n], b[:n]
-	for i := 0; i < n; i += 1 {
+	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
+	for i := range dst {
 		x, y := truth(a[i]), truth(b[i])
 		v := x ^ y
 		dst[i] = v
