@@ -98,9 +98,22 @@ var le = binary.LittleEndian
 			} else {
 				fmt.Fprintf(&b, "\tfor i := 0; i+%[1]d <= len(dst); i += %[1]d {\n", d.size)
 			}
-			fmt.Fprintf(&b, "\t\tx, y := %s, %s\n", loadA, loadB)
-			fmt.Fprintf(&b, "\t\tv := %s\n", expr)
-			fmt.Fprintf(&b, "\t\t%s\n", store)
+			if d.name == "Float16" {
+				// The binary16 conversions are too large for Go to inline; write the
+				// common case (normal values) out here, calling only for the rest.
+				fmt.Fprintf(&b, "\t\thx, hy := le.Uint16(a%[1]s), le.Uint16(b%[1]s)\n", win)
+				b.WriteString("\t\tx, y := f16ToF32Normal(hx), f16ToF32Normal(hy)\n")
+				b.WriteString("\t\tif !f16IsNormal(hx) {\n\t\t\tx = f16ToF32Rare(hx)\n\t\t}\n")
+				b.WriteString("\t\tif !f16IsNormal(hy) {\n\t\t\ty = f16ToF32Rare(hy)\n\t\t}\n")
+				fmt.Fprintf(&b, "\t\tv := %s\n", expr)
+				b.WriteString("\t\th := f32ToF16Normal(v)\n")
+				b.WriteString("\t\tif !f32FitsF16Normal(v) {\n\t\t\th = f32ToF16Rare(v)\n\t\t}\n")
+				fmt.Fprintf(&b, "\t\tle.PutUint16(dst%s, h)\n", win)
+			} else {
+				fmt.Fprintf(&b, "\t\tx, y := %s, %s\n", loadA, loadB)
+				fmt.Fprintf(&b, "\t\tv := %s\n", expr)
+				fmt.Fprintf(&b, "\t\t%s\n", store)
+			}
 			b.WriteString("\t}\n}\n\n")
 			fmt.Fprintf(&table, "\t\t%s: %s,\n", o.name, fn)
 		}

@@ -84,36 +84,80 @@ func f64Max(dst, a, b []byte) {
 func f16Sum(dst, a, b []byte) {
 	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
 	for i := 0; i+2 <= len(dst); i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
+		hx, hy := le.Uint16(a[i:i+2]), le.Uint16(b[i:i+2])
+		x, y := f16ToF32Normal(hx), f16ToF32Normal(hy)
+		if !f16IsNormal(hx) {
+			x = f16ToF32Rare(hx)
+		}
+		if !f16IsNormal(hy) {
+			y = f16ToF32Rare(hy)
+		}
 		v := x + y
-		le.PutUint16(dst[i:i+2], f32ToF16(v))
+		h := f32ToF16Normal(v)
+		if !f32FitsF16Normal(v) {
+			h = f32ToF16Rare(v)
+		}
+		le.PutUint16(dst[i:i+2], h)
 	}
 }
 
 func f16Product(dst, a, b []byte) {
 	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
 	for i := 0; i+2 <= len(dst); i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
+		hx, hy := le.Uint16(a[i:i+2]), le.Uint16(b[i:i+2])
+		x, y := f16ToF32Normal(hx), f16ToF32Normal(hy)
+		if !f16IsNormal(hx) {
+			x = f16ToF32Rare(hx)
+		}
+		if !f16IsNormal(hy) {
+			y = f16ToF32Rare(hy)
+		}
 		v := x * y
-		le.PutUint16(dst[i:i+2], f32ToF16(v))
+		h := f32ToF16Normal(v)
+		if !f32FitsF16Normal(v) {
+			h = f32ToF16Rare(v)
+		}
+		le.PutUint16(dst[i:i+2], h)
 	}
 }
 
 func f16Min(dst, a, b []byte) {
 	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
 	for i := 0; i+2 <= len(dst); i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
+		hx, hy := le.Uint16(a[i:i+2]), le.Uint16(b[i:i+2])
+		x, y := f16ToF32Normal(hx), f16ToF32Normal(hy)
+		if !f16IsNormal(hx) {
+			x = f16ToF32Rare(hx)
+		}
+		if !f16IsNormal(hy) {
+			y = f16ToF32Rare(hy)
+		}
 		v := min(x, y)
-		le.PutUint16(dst[i:i+2], f32ToF16(v))
+		h := f32ToF16Normal(v)
+		if !f32FitsF16Normal(v) {
+			h = f32ToF16Rare(v)
+		}
+		le.PutUint16(dst[i:i+2], h)
 	}
 }
 
 func f16Max(dst, a, b []byte) {
 	a, b = a[:len(dst)], b[:len(dst)] // operands shorter than dst are a caller's bug: panic
 	for i := 0; i+2 <= len(dst); i += 2 {
-		x, y := f16ToF32(le.Uint16(a[i:i+2])), f16ToF32(le.Uint16(b[i:i+2]))
+		hx, hy := le.Uint16(a[i:i+2]), le.Uint16(b[i:i+2])
+		x, y := f16ToF32Normal(hx), f16ToF32Normal(hy)
+		if !f16IsNormal(hx) {
+			x = f16ToF32Rare(hx)
+		}
+		if !f16IsNormal(hy) {
+			y = f16ToF32Rare(hy)
+		}
 		v := max(x, y)
-		le.PutUint16(dst[i:i+2], f32ToF16(v))
+		h := f32ToF16Normal(v)
+		if !f32FitsF16Normal(v) {
+			h = f32ToF16Rare(v)
+		}
+		le.PutUint16(dst[i:i+2], h)
 	}
 }
 
