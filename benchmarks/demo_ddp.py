@@ -23,30 +23,32 @@ def log(*args):
         print(*args, flush=True)
 
 
-class TimedAllReduce:
-    """A DDP comm hook that all-reduces each bucket and records how long each takes."""
+class CommTimer:
+    """State of timed_allreduce: seconds spent in gradient all-reduces."""
 
     def __init__(self):
         self.seconds = 0.0
 
-    def __call__(self, state, bucket):
-        world = dist.get_world_size()
-        t0 = time.perf_counter()
-        fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
 
-        def done(f):
-            self.seconds += time.perf_counter() - t0
-            return f.value()[0].div_(world)
+def timed_allreduce(state, bucket):
+    """A DDP comm hook: average the bucket with all_reduce, timing it into state."""
+    world = dist.get_world_size()
+    t0 = time.perf_counter()
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
 
-        return fut.then(done)
+    def done(f):
+        state.seconds += time.perf_counter() - t0
+        return f.value()[0].div_(world)
+
+    return fut.then(done)
 
 
 def train(steps):
     torch.manual_seed(0)  # same initial model everywhere (DDP also broadcasts it)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1))
     ddp = nn.parallel.DistributedDataParallel(model)
-    hook = TimedAllReduce()
-    ddp.register_comm_hook(None, hook)
+    hook = CommTimer()
+    ddp.register_comm_hook(hook, timed_allreduce)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(1234 + dist.get_rank())  # each rank its own shard
     w_true = torch.randn(64, 1, generator=torch.Generator().manual_seed(7))
