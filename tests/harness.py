@@ -559,6 +559,9 @@ def _tail(path: str, limit: int = 6000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
+_WORKER_ENV = "GOHCCL_TEST_WORKER"
+
+
 def launch(fn: Callable, world_size: int, backend: str, args: tuple = (), *,
            timeout: float = 100.0, pg_timeout: float = 40.0, init: bool = True,
            destroy: bool = True, init_method: str = "file", env: dict | None = None,
@@ -569,9 +572,14 @@ def launch(fn: Callable, world_size: int, backend: str, args: tuple = (), *,
     timeout bounds the whole launch (start-up included); pg_timeout is the
     process group timeout given to init_process_group; grace is how long the
     other ranks may keep running after one rank failed."""
+    if os.environ.get(_WORKER_ENV):
+        # A worker that imports a module which launches at import time would
+        # otherwise start workers of its own, and so on.
+        raise RuntimeError("harness.launch called inside a worker process")
     workdir = tempfile.mkdtemp(prefix="gohccl-test-")
     child_env = dict(os.environ)
     child_env.update({
+        _WORKER_ENV: "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",
     })

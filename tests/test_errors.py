@@ -18,6 +18,7 @@ SIZE_WORDS = ("size", "numel", "shape", "length", "element", "count", "match")
 DTYPE_WORDS = ("dtype", "type")
 RANK_WORDS = ("rank", "root", "src", "dst", "peer")
 DEVICE_WORDS = ("device", "meta", "cpu", "cuda")
+LIST_WORDS = SIZE_WORDS + ("list", "tensors")
 
 
 def bad_calls(ws):
@@ -75,13 +76,13 @@ def bad_calls(ws):
     return {
         "all_gather_into_tensor-output_numel": (agit_wrong_size, SIZE_WORDS),
         "all_gather_into_tensor-output_dtype": (agit_wrong_dtype, DTYPE_WORDS),
-        "all_gather-list_length": (all_gather_wrong_list_length, SIZE_WORDS),
+        "all_gather-list_length": (all_gather_wrong_list_length, LIST_WORDS),
         "all_gather-output_shape": (all_gather_wrong_shape, SIZE_WORDS),
         "all_gather-mixed_dtypes": (all_gather_mixed_dtypes, DTYPE_WORDS),
         "all_reduce_coalesced-mixed_dtypes": (coalesced_mixed_dtypes, DTYPE_WORDS),
         "reduce_scatter_tensor-input_numel": (
             reduce_scatter_tensor_wrong_size, SIZE_WORDS),
-        "reduce_scatter-list_length": (reduce_scatter_list_length, SIZE_WORDS),
+        "reduce_scatter-list_length": (reduce_scatter_list_length, LIST_WORDS),
         "all_to_all_single-bad_splits": (all_to_all_single_bad_splits, SIZE_WORDS + ("split",)),
         "broadcast-root_out_of_range": (broadcast_root_out_of_range, RANK_WORDS),
         "reduce-root_out_of_range": (reduce_root_out_of_range, RANK_WORDS),
@@ -281,7 +282,9 @@ def _timeouts(ctx):
         return None
     calls = {
         "allreduce": lambda g: dist.all_reduce(torch.ones(4), group=g),
-        "broadcast": lambda g: dist.broadcast(torch.ones(4), src=0, group=g),
+        # Rank 0 must be a receiver: a root may finish once its data is on
+        # the wire, without its peers.
+        "broadcast": lambda g: dist.broadcast(torch.ones(4), src=1, group=g),
         "allgather": lambda g: dist.all_gather_into_tensor(torch.zeros(8), torch.ones(4), group=g),
         "barrier": lambda g: dist.barrier(group=g),
         "recv": lambda g: dist.recv(torch.ones(4), src=1, group=g),
