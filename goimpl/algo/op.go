@@ -26,10 +26,25 @@ import (
 // per-frame cost vanishes, small enough to stay far below MaxPayload.
 const DirectFrame = 64 << 20
 
+// Endpoint is what a schedule needs from one rank's transport: a
+// *transport.Mesh, or the simulator's virtual-time endpoint (goimpl/sim).
+type Endpoint interface {
+	Rank() int
+	Size() int
+	Send(peer int, h *transport.Header, payload []byte, deadline time.Time) error
+	Post(r *transport.Recv)
+	Wait(r *transport.Recv, deadline time.Time) error
+}
+
 // Op is one collective in progress on one rank: the mesh, the op's stamp
 // and deadline, the communicator's scratch, and the reduce kernels.
+//
+// An Op may also be a group view (see View): the same endpoint, stamp,
+// scratch and kernels, restricted to a subset of the ranks with its own rank
+// numbering, so that a schedule written for a whole group runs unchanged on
+// one level of a hierarchical algorithm.
 type Op struct {
-	Mesh *transport.Mesh
+	Mesh Endpoint
 	// Stamp carries the fingerprint and sequence number; Tag and Len are
 	// filled per frame.
 	Stamp    transport.Header
@@ -48,13 +63,71 @@ type Op struct {
 	Kernel3 reduce.Kernel3
 
 	hdr transport.Header
+
+	// group, in a view, holds the endpoint rank of each of the view's
+	// ranks; nil means every rank of the endpoint, numbered as it numbers
+	// them. grank is this rank's place in group.
+	group []int
+	grank int
+	// phase is added to the phase of every frame's tag, so that the levels
+	// of a composed algorithm carry distinct tags.
+	phase int
+	view  *Op // reused by View, so a composed op allocates nothing
 }
 
-// Rank returns this rank.
-func (o *Op) Rank() int { return o.Mesh.Rank() }
+// Rank returns this rank (its rank in the view, for a view).
+func (o *Op) Rank() int {
+	if o.group != nil {
+		return o.grank
+	}
+	return o.Mesh.Rank()
+}
 
-// Size returns the group size.
-func (o *Op) Size() int { return o.Mesh.Size() }
+// Size returns the group size (the view's, for a view).
+func (o *Op) Size() int {
+	if o.group != nil {
+		return len(o.group)
+	}
+	return o.Mesh.Size()
+}
+
+// peer maps a rank of this op (of the view) to the endpoint's numbering.
+func (o *Op) peer(p int) int {
+	if o.group != nil {
+		return o.group[p]
+	}
+	return p
+}
+
+// View returns this op restricted to members, the endpoint ranks of a
+// subgroup in the order that numbers them 0..len(members)-1, with phase
+// added to every frame's phase. It returns nil if this rank is not a
+// member. The view shares the op's stamp, deadline, scratch, receive
+// descriptors and kernels; it is valid until the next View call on the same
+// op, and is used by one schedule at a time, like the op itself.
+func (o *Op) View(members []int, phase int) *Op {
+	me := o.Mesh.Rank()
+	idx := -1
+	for i, m := range members {
+		if m == me {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		return nil
+	}
+	v := o.view
+	if v == nil {
+		v = new(Op)
+		o.view = v
+	}
+	keep := v.view
+	*v = *o
+	v.view = keep
+	v.group, v.grank, v.phase = members, idx, o.phase+phase
+	return v
+}
 
 func (o *Op) esize() int { return o.DType.Size() }
 
@@ -68,17 +141,17 @@ func (o *Op) send(peer int, t uint64, payload []byte) error {
 	// The header lives in the Op: a local would escape through the Link
 	// interface and allocate on every frame.
 	o.hdr = o.Stamp
-	o.hdr.Tag = t
+	o.hdr.Tag = t + uint64(o.phase)<<56
 	o.hdr.Len = uint32(len(payload))
-	return o.Mesh.Send(peer, &o.hdr, payload, o.Deadline)
+	return o.Mesh.Send(o.peer(peer), &o.hdr, payload, o.Deadline)
 }
 
 // post posts receive descriptor i for the frame with tag t from peer.
 func (o *Op) post(i, peer int, t uint64, buf []byte) *transport.Recv {
 	r := &o.Recvs[i]
-	r.Peer = peer
+	r.Peer = o.peer(peer)
 	r.Want = o.Stamp
-	r.Want.Tag = t
+	r.Want.Tag = t + uint64(o.phase)<<56
 	r.Want.Len = uint32(len(buf))
 	r.Buf = buf
 	o.Mesh.Post(r)

@@ -1,0 +1,79 @@
+package algo
+
+import (
+	"fmt"
+
+	"github.com/gohccl/gohccl/goimpl/algo/pattern"
+)
+
+// AllReduceFunc is an all-reduce schedule over count elements of buf, in
+// place: AllReduceRing, AllReduceTree, AllReduceDoubleTree, AllReduceRHD.
+type AllReduceFunc func(o *Op, buf []byte, count int) error
+
+// Hierarchy is one rank's two levels, in the endpoint's rank numbering.
+type Hierarchy struct {
+	// Local lists the ranks of this rank's node (level0), by local rank.
+	Local []int
+	// Cross lists, one per node and in node order, the ranks whose local
+	// rank equals this rank's (level1). Every node must have len(Local)
+	// ranks, so that every slice has an owner on every node.
+	Cross []int
+}
+
+// Level0 names the intra-node schedule of a hierarchical algorithm.
+type Level0 uint8
+
+// The intra-node schedules. Level0RHD needs a power-of-two node size.
+const (
+	Level0Ring Level0 = iota
+	Level0RHD
+)
+
+// AllReduceHier is the hierarchical all-reduce, in three legs:
+//
+//  1. level0 reduce-scatter among the ranks of the node (ring, or recursive
+//     halving), which leaves local rank l with slice l of the buffer
+//     (pattern.Blocks(count, L, l)) reduced over the node;
+//  2. level1 all-reduce of slice l among the ranks with local rank l, one
+//     per node, with the level1 schedule;
+//  3. level0 allgather of the slices among the ranks of the node.
+//
+// With L ranks per node and N nodes, a rank sends 2(L-1)/L*S inside the node
+// and what the level1 schedule sends for S/L across nodes; all L slices
+// cross at once, one per rank. Each slice is reduced in one fixed order and
+// then copied, so every rank ends with the same bits.
+func AllReduceHier(o *Op, buf []byte, count int, h Hierarchy, level0 Level0, level1 AllReduceFunc) error {
+	if o.Size() == 1 || count == 0 {
+		return nil
+	}
+	l0 := o.View(h.Local, phaseLevel0)
+	if l0 == nil {
+		return fmt.Errorf("internal: rank %d is not in its own level0 group %v", o.Mesh.Rank(), h.Local)
+	}
+	L, lr := l0.Size(), l0.Rank()
+	hd := pattern.HalvingDoubling{Rank: lr, Size: L}
+	if level0 == Level0RHD && hd.Extra() != 0 {
+		return fmt.Errorf("internal: level0 halving-doubling needs a power-of-two node size, not %d", L)
+	}
+	var err error
+	if level0 == Level0RHD {
+		err = halvingReduceScatter(l0, hd, buf, count)
+	} else {
+		err = reduceScatterRing(l0, buf, nil, count)
+	}
+	if err != nil {
+		return err
+	}
+	es := o.esize()
+	off, n := pattern.Blocks(count, L, lr)
+	if l1 := o.View(h.Cross, phaseLevel1); l1 == nil {
+		return fmt.Errorf("internal: rank %d is not in its own level1 group %v", o.Mesh.Rank(), h.Cross)
+	} else if err := level1(l1, buf[off*es:(off+n)*es], n); err != nil {
+		return err
+	}
+	l0 = o.View(h.Local, phaseLevel0)
+	if level0 == Level0RHD {
+		return doublingAllGather(l0, hd, buf, count)
+	}
+	return allGatherRing(l0, buf, count)
+}
