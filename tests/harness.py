@@ -116,6 +116,9 @@ def skip_reason(backend: str, *, dtype: str | None = None, op: str | None = None
     if feature == "p2p_peer_out_of_range":
         return ("gloo does not bounds-check the peer rank of isend/irecv: the "
                 "process dies with SIGSEGV")
+    if feature == "mismatch_detection":
+        return ("gloo does not check that ranks issued the same collective: "
+                "mismatched ops hang, crash or mix data")
     if feature == "strided_slice":
         return ("gloo reduces the first numel() elements of the storage of a strided, "
                 "non-dense view (e.g. x[:, ::2]) and silently returns wrong values")

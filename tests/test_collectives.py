@@ -345,7 +345,18 @@ def _objects(ctx):
         gl = [None] * ws if r == root else None
         dist.gather_object(make_object(r, 30 + root), gl, dst=root)
         out[f"gather_object/{root}"] = gl
+    # A large object: several MB through broadcast and all_gather.
+    big = [big_object(ws - 1)] if r == ws - 1 else [None]
+    dist.broadcast_object_list(big, src=ws - 1)
+    out["big_broadcast"] = big[0] == big_object(ws - 1)
+    got = [None] * ws
+    dist.all_gather_object(got, big_object(r))
+    out["big_all_gather"] = [g == big_object(j) for j, g in enumerate(got)]
     return out
+
+
+def big_object(rank):
+    return {"rank": rank, "blob": bytes(range(256)) * (12_000 + 1000 * rank)}
 
 
 def _noncontig_movement(ctx, kind):
@@ -736,6 +747,8 @@ def test_object_collectives(backend, world):
             if r == root:
                 assert out[f"gather_object/{root}"] == [make_object(j, 30 + root) for j in range(world)], (
                     f"gather_object root {root}")
+        assert out["big_broadcast"], f"broadcast_object_list of a 3 MB object on rank {r}"
+        assert out["big_all_gather"] == [True] * world, f"all_gather_object of 3 MB objects on rank {r}"
 
 
 @worlds
@@ -784,3 +797,106 @@ def test_reference_self_check():
         check_reduction(pack_like(np.array([1.5], np.float32), "float32"),
                         [np.array([1.0], np.float32), np.array([1.0], np.float32)],
                         "float32", "SUM", 2, "self-check")
+
+
+# ------------------------------------------------- gohccl under its settings
+#
+# The default settings let the tuner pick one schedule per size; these runs
+# force the others: a 64 KiB scratch buffer (every message beyond it streams
+# through in chunks), the ring algorithm, and the scalar reduce kernels.
+
+GOHCCL_CONFIGS = {
+    "buffsize_64K": {"GOHCCL_BUFFSIZE": "64K"},
+    "algo_ring": {"GOHCCL_ALGO": "ring"},
+    "simd_scalar": {"GOHCCL_SIMD": "scalar"},
+}
+CONFIG_WORLD = 3
+CONFIG_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool"]
+CONFIG_SHAPES = [(0,), (7,), (1023,), (100_003,), (300_007,)]
+
+
+def config_ops(dtype):
+    if dtype in FLOAT_DTYPES:
+        return ["SUM", "MAX", "AVG", "PRODUCT"]
+    return ["SUM", "MAX", "BXOR"] if dtype != "bool" else ["SUM", "BXOR"]
+
+
+def config_sweep(ctx):
+    out = {}
+    for dtype in CONFIG_DTYPES:
+        for shape in CONFIG_SHAPES:
+            for op in config_ops(dtype):
+                out[ar_key(dtype, op, shape)] = attempt(_all_reduce_one, ctx, dtype, op, shape)
+            out[mv_key("agit", dtype, shape, "/concat")] = attempt(_mv_agit, ctx, dtype, shape, "concat")
+            out[mv_key("rst", dtype, shape, "/SUM")] = attempt(
+                _mv_reduce_scatter_tensor, ctx, dtype, shape, "SUM")
+            root = ctx.world_size - 1
+            out[mv_key("bcast", dtype, shape, f"/root{root}")] = attempt(_mv_broadcast, ctx, dtype, shape, root)
+            out[mv_key("reduce", dtype, shape, f"/root{root}")] = attempt(_mv_reduce, ctx, dtype, shape, root)
+    return out
+
+
+def _config_failures(res, world):
+    failures = []
+
+    def check(what, fn):
+        try:
+            fn()
+        except AssertionError as exc:
+            failures.append(f"{what}: {str(exc).splitlines()[0]}")
+
+    for dtype in CONFIG_DTYPES:
+        for shape in CONFIG_SHAPES:
+            for op in config_ops(dtype):
+                key = ar_key(dtype, op, shape)
+
+                def ar(key=key, dtype=dtype, op=op, shape=shape):
+                    packs = case_results(res, key, key)
+                    assert_same_on_all_ranks(packs, key)
+                    inputs = [gen_values(SEED, r, dtype, shape, kind_for(op), crc(key)) for r in range(world)]
+                    check_reduction(packs[0], inputs, dtype, op, world, key)
+                check(key, ar)
+            key = mv_key("agit", dtype, shape)
+
+            def agit(key=key, dtype=dtype, shape=shape):
+                packs = case_results(res, key + "/concat", key)
+                assert_same_on_all_ranks(packs, key)
+                want = np.concatenate([input_bits(j, dtype, shape, key) for j in range(world)])
+                assert_equal_exact(packs[0], want, key)
+            check(key, agit)
+            key = mv_key("rst", dtype, shape, "/SUM")
+
+            def rst(key=key, dtype=dtype, shape=shape):
+                for r, p in enumerate(case_results(res, key, key)):
+                    n = shape[0]
+                    inputs = [gen_values(SEED, i, dtype, (world * n,), "any", crc(key))[r * n:(r + 1) * n]
+                              for i in range(world)]
+                    check_reduction(p, inputs, dtype, "SUM", world, f"{key} rank {r}")
+            check(key, rst)
+            root = world - 1
+            key = mv_key("bcast", dtype, shape, f"/root{root}")
+
+            def bcast(key=key, dtype=dtype, shape=shape):
+                packs = case_results(res, key, key)
+                assert_same_on_all_ranks(packs, key)
+                assert_equal_exact(packs[0], input_bits(root, dtype, shape, key), key)
+            check(key, bcast)
+            key = mv_key("reduce", dtype, shape, f"/root{root}")
+
+            def red(key=key, dtype=dtype, shape=shape):
+                p = case_results(res, key, key)[root]
+                inputs = [gen_values(SEED, i, dtype, shape, "any", crc(key)) for i in range(world)]
+                check_reduction(p, inputs, dtype, "SUM", world, key)
+            check(key, red)
+    return failures
+
+
+@pytest.mark.parametrize("config", list(GOHCCL_CONFIGS))
+def test_collectives_under_gohccl_settings(backend, config):
+    if backend != "gohccl":
+        pytest.skip("GOHCCL_* settings configure gohccl only")
+    res = launch_cached(f"config-{config}", config_sweep, CONFIG_WORLD, backend,
+                        timeout=SWEEP_TIMEOUT, env=GOHCCL_CONFIGS[config])
+    failures = _config_failures(res, CONFIG_WORLD)
+    assert not failures, (f"{len(failures)} cases failed under {GOHCCL_CONFIGS[config]}:\n"
+                          + "\n".join(failures[:25]))

@@ -18,7 +18,10 @@ STEPS = 4
 LR = 0.05
 BATCH = 6
 DDP_WORLDS = [2, 3]
-CONFIGS = ["plain", "small_buckets", "unused"]
+CONFIGS = ["plain", "small_buckets", "unused", "allreduce_hook", "fp16_hook"]
+# fp16_compress_hook sums float16 gradients: compare at float16's precision.
+TOLERANCE = {"fp16_hook": dict(rtol=1e-3, atol=2e-4)}
+DEFAULT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 TIMEOUT = 240
 
 pytestmark = pytest.mark.timeout(TIMEOUT + 60)
@@ -75,6 +78,10 @@ def _train(ctx, config, pg):
     if config == "unused":
         kwargs.update(find_unused_parameters=True)
     ddp = DDP(model, **kwargs)
+    if config.endswith("_hook"):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook = default_hooks.allreduce_hook if config == "allreduce_hook" else default_hooks.fp16_compress_hook
+        ddp.register_comm_hook(state=pg, hook=hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     losses = []
     for step in range(STEPS):
@@ -136,11 +143,11 @@ def test_ddp_training(backend, world, config):
             what = f"DDP {config} world {world} on {label}: parameter {n}"
             assert_same_on_all_ranks([run["params"][n] for run in runs], what)
             got = values_of(runs[0]["params"][n])
-            np.testing.assert_allclose(got, ref[n], rtol=1e-5, atol=1e-6,
+            np.testing.assert_allclose(got, ref[n], **TOLERANCE.get(config, DEFAULT_TOLERANCE),
                                        err_msg=f"{what} vs the single-process reference")
     for n in main[0]["params"]:
         np.testing.assert_allclose(values_of(main[0]["params"][n]), values_of(parity[0]["params"][n]),
-                                   rtol=1e-5, atol=1e-6,
+                                   **TOLERANCE.get(config, DEFAULT_TOLERANCE),
                                    err_msg=f"DDP {config} world {world}: {backend} vs gloo parameter {n}")
     if config == "unused":
         init = make_model(config, 100)

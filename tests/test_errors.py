@@ -338,3 +338,53 @@ def test_op_after_timeout_fails_fast(backend):
     o = timeout_results(backend)[0]["after"]
     assert o["message"], "an all_reduce on a timed-out communicator succeeded"
     assert o["elapsed"] < 1.5, f"the op after a timeout took {o['elapsed']:.1f}s instead of failing at once"
+
+
+# ------------------------------------------------ ranks issuing different ops
+
+MISMATCHES = ["count", "dtype", "kind"]
+
+
+def _mismatch(ctx):
+    """Each case on its own [0, 1] group: rank 0 and rank 1 issue different
+    collectives. Both need the other's data, so neither can finish alone;
+    each must fail in bounded time instead of mixing the two ops."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    r = ctx.rank
+    groups = {m: dist.new_group([0, 1], timeout=datetime.timedelta(seconds=SHORT_TIMEOUT_S))
+              for m in MISMATCHES}
+    calls = {
+        "count": lambda g: dist.all_reduce(torch.ones(4 if r == 0 else 8), group=g),
+        "dtype": lambda g: dist.all_reduce(torch.ones(4, dtype=torch.float32 if r == 0 else torch.int32), group=g),
+        "kind": (lambda g: dist.all_reduce(torch.ones(4), group=g)) if r == 0 else
+                (lambda g: dist.all_gather_into_tensor(torch.zeros(4), torch.ones(2), group=g)),
+    }
+    out = {}
+    for m in MISMATCHES:
+        start = time.time()
+        try:
+            calls[m](groups[m])
+            out[m] = {"message": None, "elapsed": time.time() - start}
+        except Exception as exc:  # noqa: BLE001
+            out[m] = {"message": f"{type(exc).__name__}: {exc}", "elapsed": time.time() - start}
+    return out
+
+
+@pytest.mark.parametrize("mismatch", MISMATCHES)
+def test_mismatched_collectives_reported(backend, mismatch):
+    reason = skip_reason(backend, feature="mismatch_detection")
+    if reason:
+        pytest.skip(reason)
+    per_rank = launch_cached("mismatch", _mismatch, 2, backend, timeout=TIMEOUT,
+                             pg_timeout=SHORT_TIMEOUT_S, destroy=False)
+    for r, out in enumerate(per_rank):
+        o = out[mismatch]
+        assert o["message"], f"rank {r}: a {mismatch} mismatch between ranks went unnoticed"
+        assert o["elapsed"] < 15, f"rank {r}: the {mismatch} mismatch took {o['elapsed']:.1f}s to fail"
+    messages = [out[mismatch]["message"].lower() for out in per_rank]
+    # DESIGN: every frame carries the op's stamp, so a different collective is
+    # detected and named, not waited out.
+    assert any(w in m for m in messages for w in ("mismatch", "differ")), (
+        f"{mismatch} mismatch: the messages do not say what went wrong: {messages}")

@@ -168,6 +168,27 @@ def _noncontig(ctx):
     return {"value": pack(view)}
 
 
+OVERLAP_N = 1_000_003
+
+
+def _overlap(ctx):
+    """send/recv in flight while collectives run on the same group."""
+    import torch
+    import torch.distributed as dist
+    ws, r = ctx.world_size, ctx.rank
+    out = gen_tensor(SEED, r, "float32", (OVERLAP_N,), "any", crc("overlap"))
+    inp = _empty("float32", (OVERLAP_N,))
+    works = [dist.isend(out, dst=(r + 1) % ws), dist.irecv(inp, src=(r - 1) % ws)]
+    sums = []
+    for i in range(3):
+        t = torch.full((1000,), float(r + i))
+        dist.all_reduce(t)
+        sums.append(t[0].item())
+    for w in works:
+        w.wait()
+    return {"recv": pack(inp), "sums": sums}
+
+
 def _final_check(ctx):
     import torch
     import torch.distributed as dist
@@ -191,6 +212,7 @@ def p2p_sweep(ctx):
     out["any_source"] = attempt(_any_source, ctx)
     out["subgroup"] = attempt(_subgroup_p2p, ctx)
     out["noncontig"] = attempt(_noncontig, ctx)
+    out["overlap"] = attempt(_overlap, ctx)
     out["final"] = attempt(_final_check, ctx)
     return out
 
@@ -284,3 +306,12 @@ def test_noncontiguous_send_recv(backend, world):
     want = float(sum(range(1, world + 1)))
     for r, v in enumerate(case_results(res, "final", "all_reduce after p2p")):
         assert v == [want] * 3, f"all_reduce after the p2p cases on rank {r}: {v}"
+
+
+@worlds
+def test_p2p_overlaps_collectives(backend, world):
+    for r, o in enumerate(case_results(results(backend, world), "overlap", "overlap")):
+        assert o["sums"] == [float(sum(q + i for q in range(world))) for i in range(3)], (
+            f"rank {r}: all_reduce while p2p in flight: {o['sums']}")
+        assert_equal_exact(o["recv"], want_bits((r - 1) % world, "float32", (OVERLAP_N,), "overlap"),
+                           f"rank {r}: 4 MB message received while collectives ran")
