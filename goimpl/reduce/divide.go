@@ -27,6 +27,15 @@ func DivideInPlace(dt DType, buf []byte, n int) {
 	if n == 1 {
 		return
 	}
+	if d := active.Load().divide[dt]; d != nil {
+		d(buf, n)
+		return
+	}
+	divideScalar(dt, buf, n)
+}
+
+// divideScalar is the portable DivideInPlace, for n > 1.
+func divideScalar(dt DType, buf []byte, n int) {
 	switch dt {
 	case Float32:
 		d := float32(n)

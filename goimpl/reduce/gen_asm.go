@@ -308,22 +308,98 @@ func combines(in isa, kind string) map[string]combine {
 var opOrder = []string{"Sum", "Product", "Min", "Max", "BAnd", "BOr", "BXor"}
 
 type gen struct {
-	s     bytes.Buffer // assembly
-	decl  bytes.Buffer // Go declarations
-	table map[string]*bytes.Buffer
+	s       bytes.Buffer // assembly
+	decl    bytes.Buffer // Go declarations
+	table   map[string]*bytes.Buffer
+	divides map[string]*bytes.Buffer
 }
 
+// fn describes one assembly function for emit.
+type fn struct {
+	name   string
+	sig    string // the Go signature after the name, for the comment and the declaration
+	frame  string // argument frame size
+	args   string // instructions that load the arguments into DI, SI, DX, CX
+	consts []constant
+	temps  int // vector registers per lane
+	step   int // bytes of each operand per lane
+	lane   func(l *lane)
+	// extra, if set, fills a vector register before the loops (the divisor).
+	extra func(r string) string
+}
+
+// kernel emits the binary kernel dst = a op b for one (isa, dtype, op).
 func (g *gen) kernel(in isa, e elem, op string, c combine) {
-	name := fmt.Sprintf("%s%s%s", in.name, e.prefix, op)
-	step := in.width // bytes of each operand per lane
-	if e.narrow {
-		step /= 2
+	f := fn{
+		name:   fmt.Sprintf("%s%s%s", in.name, e.prefix, op),
+		sig:    "(dst, a, b *byte, n int)",
+		frame:  "$0-32",
+		args:   "\tMOVQ dst+0(FP), DI\n\tMOVQ a+8(FP), SI\n\tMOVQ b+16(FP), DX\n\tMOVQ n+24(FP), CX\n",
+		consts: append(append([]constant(nil), c.consts...), e.consts(in)...),
+		temps:  max(c.temps, e.temps, 2),
+		step:   laneBytes(in, e),
+		lane: func(l *lane) {
+			e.load(l, l.r[0], "SI")
+			e.load(l, l.r[1], "DX")
+			c.emit(l)
+			e.store(l)
+		},
 	}
-	consts := append(append([]constant(nil), c.consts...), e.consts(in)...)
+	g.emit(in, f)
+	fmt.Fprintf(g.table[in.name], "\t\t%s: {%s, %d},\n", op, f.name, f.step)
+}
+
+// divide emits buf[i] /= d for one (isa, float dtype): the vector form of
+// DivideInPlace. VDIVPS and VDIVPD round exactly as the scalar division does.
+func (g *gen) divide(in isa, e elem) {
+	wide := "float32"
+	bcast, div, frame := "VBROADCASTSS", "VDIVPS", "$0-20"
+	if e.kind == "pd" {
+		wide, bcast, div, frame = "float64", "VBROADCASTSD", "VDIVPD", "$0-24"
+	}
+	f := fn{
+		name:   fmt.Sprintf("%s%sDivide", in.name, e.prefix),
+		sig:    fmt.Sprintf("(buf *byte, n int, d %s)", wide),
+		frame:  frame,
+		args:   "\tMOVQ buf+0(FP), DI\n\tMOVQ DI, SI\n\tMOVQ n+8(FP), CX\n",
+		consts: e.consts(in),
+		temps:  max(e.temps, 1),
+		step:   laneBytes(in, e),
+		extra:  func(r string) string { return fmt.Sprintf("\t%s d+16(FP), %s\n", bcast, r) },
+	}
+	f.lane = func(l *lane) {
+		e.load(l, l.r[0], "SI")
+		l.emit("%s %s, %s, %s", div, l.konst["divisor"], l.r[0], l.r[0])
+		e.store(l)
+	}
+	g.emit(in, f)
+	field := "f32"
+	if e.kind == "pd" {
+		field = "f64"
+	}
+	fmt.Fprintf(g.divides[in.name], "\t%s: {%s: %s, step: %d},\n", e.dt, field, f.name, f.step)
+}
+
+// laneBytes is the number of bytes of each operand one lane covers.
+func laneBytes(in isa, e elem) int {
+	if e.narrow {
+		return in.width / 2
+	}
+	return in.width
+}
+
+// emit writes one function: constants, the unrolled loop, the one-lane loop.
+func (g *gen) emit(in isa, f fn) {
 	konst := map[string]string{}
 	var setup strings.Builder
 	next := in.nregs - 1
-	for _, k := range consts {
+	if f.extra != nil {
+		r := fmt.Sprintf("%s%d", in.reg, next)
+		next--
+		konst["divisor"] = r
+		setup.WriteString(f.extra(r))
+	}
+	for _, k := range f.consts {
 		if _, ok := konst[k.name]; ok {
 			continue
 		}
@@ -339,15 +415,15 @@ func (g *gen) kernel(in isa, e elem, op string, c combine) {
 			fmt.Fprintf(&setup, "\tMOVL $0x%x, AX\n\tMOVQ AX, X%d\n\tVPBROADCASTD X%d, %s\n", k.pattern, next+1, next+1, r)
 		}
 	}
-	temps := max(c.temps, e.temps, 2)
-	unroll := min(4, (next+1)/temps)
+	unroll := min(4, (next+1)/f.temps)
+	step := f.step
 
 	lanes := make([]*lane, unroll)
 	var body strings.Builder
 	for j := range lanes {
 		l := &lane{off: j * step, isa: in, konst: konst, out: &body, k: fmt.Sprintf("K%d", j+1)}
-		for t := range temps {
-			l.r = append(l.r, fmt.Sprintf("%s%d", in.reg, j*temps+t))
+		for t := range f.temps {
+			l.r = append(l.r, fmt.Sprintf("%s%d", in.reg, j*f.temps+t))
 		}
 		lanes[j] = l
 	}
@@ -356,19 +432,16 @@ func (g *gen) kernel(in isa, e elem, op string, c combine) {
 	emitLanes := func(ls []*lane) string {
 		body.Reset()
 		for _, l := range ls {
-			e.load(l, l.r[0], "SI")
-			e.load(l, l.r[1], "DX")
-			c.emit(l)
-			e.store(l)
+			f.lane(l)
 		}
 		return body.String()
 	}
 	main := emitLanes(lanes)
 	one := emitLanes(lanes[:1])
 
-	fmt.Fprintf(&g.s, "// func %s(dst, a, b *byte, n int)\n", name)
-	fmt.Fprintf(&g.s, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
-	g.s.WriteString("\tMOVQ dst+0(FP), DI\n\tMOVQ a+8(FP), SI\n\tMOVQ b+16(FP), DX\n\tMOVQ n+24(FP), CX\n")
+	fmt.Fprintf(&g.s, "// func %s%s\n", f.name, f.sig)
+	fmt.Fprintf(&g.s, "TEXT ·%s(SB), NOSPLIT, %s\n", f.name, f.frame)
+	g.s.WriteString(f.args)
 	g.s.WriteString(setup.String())
 	fmt.Fprintf(&g.s, "\tMOVQ CX, R8\n\tSUBQ $%d, R8\n\tXORQ BX, BX\n\tCMPQ BX, R8\n\tJGT one\n", unroll*step)
 	g.s.WriteString("loop:\n" + main)
@@ -378,12 +451,11 @@ func (g *gen) kernel(in isa, e elem, op string, c combine) {
 	fmt.Fprintf(&g.s, "\tADDQ $%d, BX\n\tCMPQ BX, CX\n\tJLT oneloop\n", step)
 	g.s.WriteString("done:\n\tVZEROUPPER\n\tRET\n\n")
 
-	fmt.Fprintf(&g.decl, "//go:noescape\nfunc %s(dst, a, b *byte, n int)\n\n", name)
-	fmt.Fprintf(g.table[in.name], "\t\t%s: {%s, %d},\n", op, name, step)
+	fmt.Fprintf(&g.decl, "//go:noescape\nfunc %s%s\n\n", f.name, f.sig)
 }
 
 func main() {
-	g := &gen{table: map[string]*bytes.Buffer{}}
+	g := &gen{table: map[string]*bytes.Buffer{}, divides: map[string]*bytes.Buffer{}}
 	g.s.WriteString("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build !purego\n\n#include \"textflag.h\"\n\n")
 	for _, in := range []isa{avx2, avx512} {
 		t := &bytes.Buffer{}
@@ -398,6 +470,12 @@ func main() {
 			}
 			t.WriteString("\t},\n")
 		}
+		g.divides[in.name] = &bytes.Buffer{}
+		for _, e := range elems {
+			if e.kind == "ps" || e.kind == "pd" {
+				g.divide(in, e)
+			}
+		}
 	}
 	var goSrc bytes.Buffer
 	goSrc.WriteString("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build !purego\n\npackage reduce\n\n")
@@ -405,6 +483,9 @@ func main() {
 	for _, in := range []isa{avx2, avx512} {
 		fmt.Fprintf(&goSrc, "// %sKernels are the %s kernels, by dtype and op.\nvar %sKernels = [numDTypes][numOps]asmKernel{\n", in.name, in.name, in.name)
 		goSrc.Write(g.table[in.name].Bytes())
+		goSrc.WriteString("}\n\n")
+		fmt.Fprintf(&goSrc, "// %sDivides are the %s kernels of DivideInPlace for the float types.\nvar %sDivides = [numDTypes]asmDivide{\n", in.name, in.name, in.name)
+		goSrc.Write(g.divides[in.name].Bytes())
 		goSrc.WriteString("}\n\n")
 	}
 	src, err := format.Source(goSrc.Bytes())

@@ -179,6 +179,18 @@ func avx2BoolBOr(dst, a, b *byte, n int)
 func avx2BoolBXor(dst, a, b *byte, n int)
 
 //go:noescape
+func avx2F32Divide(buf *byte, n int, d float32)
+
+//go:noescape
+func avx2F64Divide(buf *byte, n int, d float64)
+
+//go:noescape
+func avx2F16Divide(buf *byte, n int, d float32)
+
+//go:noescape
+func avx2BF16Divide(buf *byte, n int, d float32)
+
+//go:noescape
 func avx512F32Sum(dst, a, b *byte, n int)
 
 //go:noescape
@@ -352,6 +364,18 @@ func avx512BoolBOr(dst, a, b *byte, n int)
 //go:noescape
 func avx512BoolBXor(dst, a, b *byte, n int)
 
+//go:noescape
+func avx512F32Divide(buf *byte, n int, d float32)
+
+//go:noescape
+func avx512F64Divide(buf *byte, n int, d float64)
+
+//go:noescape
+func avx512F16Divide(buf *byte, n int, d float32)
+
+//go:noescape
+func avx512BF16Divide(buf *byte, n int, d float32)
+
 // avx2Kernels are the avx2 kernels, by dtype and op.
 var avx2Kernels = [numDTypes][numOps]asmKernel{
 	Float32: {
@@ -434,6 +458,14 @@ var avx2Kernels = [numDTypes][numOps]asmKernel{
 	},
 }
 
+// avx2Divides are the avx2 kernels of DivideInPlace for the float types.
+var avx2Divides = [numDTypes]asmDivide{
+	Float32:  {f32: avx2F32Divide, step: 32},
+	Float64:  {f64: avx2F64Divide, step: 32},
+	Float16:  {f32: avx2F16Divide, step: 16},
+	BFloat16: {f32: avx2BF16Divide, step: 16},
+}
+
 // avx512Kernels are the avx512 kernels, by dtype and op.
 var avx512Kernels = [numDTypes][numOps]asmKernel{
 	Float32: {
@@ -514,4 +546,12 @@ var avx512Kernels = [numDTypes][numOps]asmKernel{
 		BOr:     {avx512BoolBOr, 64},
 		BXor:    {avx512BoolBXor, 64},
 	},
+}
+
+// avx512Divides are the avx512 kernels of DivideInPlace for the float types.
+var avx512Divides = [numDTypes]asmDivide{
+	Float32:  {f32: avx512F32Divide, step: 64},
+	Float64:  {f64: avx512F64Divide, step: 64},
+	Float16:  {f32: avx512F16Divide, step: 32},
+	BFloat16: {f32: avx512BF16Divide, step: 32},
 }

@@ -15,16 +15,24 @@ type asmKernel struct {
 	step int
 }
 
+// asmDivide is one assembly kernel of DivideInPlace: buf[i] /= d over n bytes, n a
+// multiple of step. Float64 has f64; the other float types divide in float32 (f32).
+type asmDivide struct {
+	f32  func(buf *byte, n int, d float32)
+	f64  func(buf *byte, n int, d float64)
+	step int
+}
+
 // platformPaths returns the amd64 assembly paths, worst first, each with the CPU
 // features it needs that this machine lacks. cpuid reports a feature only when the
 // operating system also saves its registers (XCR0), so a kernel that runs without
 // OS support for the YMM or ZMM state is not possible here.
 func platformPaths() []*path {
-	p512 := asmPath(PathAVX512, &avx512Kernels, missing(map[string]cpuid.FeatureID{
+	p512 := asmPath(PathAVX512, &avx512Kernels, &avx512Divides, missing(map[string]cpuid.FeatureID{
 		"AVX512F": cpuid.AVX512F, "AVX512BW": cpuid.AVX512BW, "AVX512DQ": cpuid.AVX512DQ}))
 	p512.manual = avx512Manual
 	return []*path{
-		asmPath(PathAVX2, &avx2Kernels, missing(map[string]cpuid.FeatureID{
+		asmPath(PathAVX2, &avx2Kernels, &avx2Divides, missing(map[string]cpuid.FeatureID{
 			"AVX2": cpuid.AVX2, "F16C": cpuid.F16C})),
 		p512,
 	}
@@ -53,7 +61,7 @@ func missing(need map[string]cpuid.FeatureID) string {
 
 // asmPath wraps each assembly kernel so that it sees only whole vectors; the scalar
 // kernel finishes the rest, fewer than one vector's worth of elements.
-func asmPath(name string, asm *[numDTypes][numOps]asmKernel, missing string) *path {
+func asmPath(name string, asm *[numDTypes][numOps]asmKernel, div *[numDTypes]asmDivide, missing string) *path {
 	var table [numDTypes][numOps]Kernel3
 	for dt := range numDTypes {
 		for op := range numOps {
@@ -62,8 +70,20 @@ func asmPath(name string, asm *[numDTypes][numOps]asmKernel, missing string) *pa
 			}
 		}
 	}
-	return newPath(name, &table, missing)
+	p := newPath(name, &table, missing)
+	for dt := range numDTypes {
+		if d := div[dt]; d.step != 0 {
+			p.divide[dt] = divideWholeVectors(DType(dt), d)
+		}
+	}
+	return p
 }
+
+// maxAsmBytes bounds the bytes one assembly call covers. Assembly is not
+// preemptible, so a long call would hold off a stop-the-world of the garbage
+// collector; 256 KiB takes some microseconds, and the extra call per 256 KiB is
+// noise. A multiple of every step.
+const maxAsmBytes = 256 << 10
 
 func wholeVectors(k asmKernel, tail Kernel3, size int) Kernel3 {
 	body, step := k.body, k.step
@@ -73,10 +93,31 @@ func wholeVectors(k asmKernel, tail Kernel3, size int) Kernel3 {
 		if vec > 0 {
 			// The assembly trusts its length: make sure both operands hold it.
 			_, _ = a[vec-1], b[vec-1]
-			body(&dst[0], &a[0], &b[0], vec)
+			for off := 0; off < vec; off += maxAsmBytes {
+				body(&dst[off], &a[off], &b[off], min(maxAsmBytes, vec-off))
+			}
 		}
 		if vec < n {
 			tail(dst[vec:n], a[vec:n], b[vec:n])
 		}
+	}
+}
+
+// divideWholeVectors wraps a division kernel like wholeVectors: assembly for whole
+// vectors, in bounded calls, and the scalar division for the rest.
+func divideWholeVectors(dt DType, d asmDivide) func(buf []byte, n int) {
+	size := dt.Size()
+	return func(buf []byte, n int) {
+		all := len(buf) / size * size
+		vec := all &^ (d.step - 1)
+		for off := 0; off < vec; off += maxAsmBytes {
+			c := min(maxAsmBytes, vec-off)
+			if d.f64 != nil {
+				d.f64(&buf[off], c, float64(n))
+			} else {
+				d.f32(&buf[off], c, float32(n))
+			}
+		}
+		divideScalar(dt, buf[vec:all], n)
 	}
 }

@@ -138,6 +138,35 @@ func TestPathsSpecialPairs(t *testing.T) {
 	}
 }
 
+// TestPathsDivide checks each path's DivideInPlace against the scalar division over
+// every length 0..257 and some beyond one assembly call (maxAsmBytes), at unaligned
+// starts, on special values and random bits.
+func TestPathsDivide(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, p := range runnablePaths(t) {
+		for _, dt := range []DType{Float32, Float64, Float16, BFloat16} {
+			if p.divide[dt] == nil {
+				continue
+			}
+			s := dt.Size()
+			lengths := append(testLengths(), (600<<10)/s+5)
+			buf := make([]byte, lengths[len(lengths)-1]*s+8)
+			for i, count := range lengths {
+				off := i % 8
+				for _, n := range []int{2, 3, 1000} {
+					fill(rng, dt, buf[off:off+count*s])
+					orig := bytes.Clone(buf[off : off+count*s])
+					want := bytes.Clone(orig)
+					divideScalar(dt, want, n)
+					got := buf[off : off+count*s]
+					p.divide[dt](got, n)
+					requireSame(t, dt, Avg, got, want, orig, orig, fmt.Sprintf("%s divide by %d", p.name, n))
+				}
+			}
+		}
+	}
+}
+
 // TestPathsLarge runs the unrolled loops over a megabyte-sized buffer per pair.
 func TestPathsLarge(t *testing.T) {
 	if testing.Short() {

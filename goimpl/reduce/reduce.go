@@ -78,6 +78,8 @@ type path struct {
 	name    string
 	kernel3 [numDTypes][numOps]Kernel3
 	kernel2 [numDTypes][numOps]Kernel
+	// divide holds DivideInPlace's vector forms, by dtype; nil means scalar.
+	divide [numDTypes]func(buf []byte, n int)
 	// missing names the CPU feature this machine lacks for the path, "" if none.
 	missing string
 	// manual keeps the path out of automatic selection: it runs only when chosen by

@@ -268,13 +268,21 @@ func TestHalfConversions(t *testing.T) {
 }
 
 func TestDivideInPlace(t *testing.T) {
+	defer func() { require.NoError(t, SelectPath("auto")) }()
+	for _, p := range runnablePaths(t) {
+		require.NoError(t, SelectPath(p.name))
+		testDivideInPlace(t, p.name)
+	}
+}
+
+func testDivideInPlace(t *testing.T, pathName string) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, dt := range allDTypes {
 		if dt == Bool {
 			continue
 		}
 		for _, n := range []int{1, 2, 3, 7, 8, 1000, 1 << 20} {
-			t.Run(fmt.Sprintf("%s/%d", dt, n), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/%d", pathName, dt, n), func(t *testing.T) {
 				s := dt.Size()
 				buf := make([]byte, 512*s+s-1) // a trailing partial element stays untouched
 				fill(rng, dt, buf[:512*s])
@@ -292,7 +300,7 @@ func TestDivideInPlace(t *testing.T) {
 			})
 		}
 	}
-	assert.Panics(t, func() { DivideInPlace(Float32, make([]byte, 8), 0) })
+	assert.Panics(t, func() { DivideInPlace(Float32, make([]byte, 8), 0) }, pathName)
 	// Truncation toward zero, not floor.
 	b := []byte{0xf9} // int8 -7
 	DivideInPlace(Int8, b, 2)
