@@ -141,6 +141,14 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		capProcs(peers, me.Host, log)
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
+	hosts := make([]string, size)
+	for p := range peers {
+		hosts[p] = peers[p].Host
+	}
+	if err := c.initTuning(hosts); err != nil {
+		mesh.Close(err)
+		return nil, err
+	}
 	if opt.Config.Debug >= config.Info {
 		for p, pi := range peers {
 			log.Infof("rank %d: %s host %s pid %d", p, pi.Addr, pi.Host, pi.PID)

@@ -7,6 +7,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // checkBuf refuses a buffer whose length is not count elements of dt.
@@ -57,7 +58,7 @@ func (c *Comm) AllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op, t
 	if err != nil {
 		return err
 	}
-	if err := algo.AllReduceRing(o, buf, count); err != nil {
+	if err := c.allReduce(o, buf, count); err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, buf)
@@ -77,7 +78,7 @@ func (c *Comm) Broadcast(buf []byte, count int, dt reduce.DType, root int, timeo
 	if err != nil {
 		return err
 	}
-	return c.end(algo.Broadcast(o, buf, root))
+	return c.end(c.broadcast(o, buf, root))
 }
 
 // Reduce reduces count elements of buf onto root, in place there; other
@@ -97,7 +98,7 @@ func (c *Comm) Reduce(buf []byte, count int, dt reduce.DType, op reduce.Op, root
 	if err != nil {
 		return err
 	}
-	if err := algo.Reduce(o, buf, root); err != nil {
+	if err := c.reduce(o, buf, root); err != nil {
 		return c.end(err)
 	}
 	if c.rank == root {
@@ -118,6 +119,9 @@ func (c *Comm) AllGather(in, out []byte, count int, dt reduce.DType, timeout tim
 	o, err := c.begin(fp, timeout, false)
 	if err != nil {
 		return err
+	}
+	if c.tuner.Choose(tune.AllGather, len(out)).Algo == tune.RHD {
+		return c.end(algo.AllGatherRD(o, in, out, count))
 	}
 	return c.end(algo.AllGatherRing(o, in, out, count))
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/config"
 	"github.com/gohccl/gohccl/goimpl/reduce"
+	"github.com/gohccl/gohccl/goimpl/topo"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // Sentinel errors of the communicator; transport's sentinels (ErrTimeout,
@@ -51,6 +53,9 @@ type Options struct {
 	// on it (at least 2), so that several ranks' Go runtimes do not each
 	// spin up a thread per core. Set it unless the user set GOMAXPROCS.
 	CapProcs bool
+	// Hosts is the host identity of every rank, for FromMesh (New learns
+	// it in the bootstrap); nil puts every rank on one node.
+	Hosts []string
 }
 
 // Comm is one rank's communicator.
@@ -70,6 +75,14 @@ type Comm struct {
 	broken atomic.Pointer[error]
 	closed atomic.Bool
 	p2p    p2pState
+
+	// hosts is each rank's host identity; topo groups ranks into nodes by
+	// it (or by GOHCCL_RANKS_PER_NODE); hier is this rank's two levels,
+	// empty when the nodes differ in size; tuner picks the algorithms.
+	hosts []string
+	topo  *topo.Topology
+	hier  algo.Hierarchy
+	tuner *tune.Tuner
 }
 
 func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
@@ -85,6 +98,42 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 	return c
 }
 
+// initTuning parses GOHCCL_ALGO, groups the ranks into nodes and sets up
+// the tuner. An unknown algorithm or malformed form fails the
+// communicator's creation.
+func (c *Comm) initTuning(hosts []string) error {
+	spec, err := tune.ParseAlgo(c.cfg.Algo)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	c.hosts = hosts
+	switch {
+	case c.cfg.RanksPerNode > 0:
+		c.topo = topo.Blocked(c.size, c.cfg.RanksPerNode)
+	case len(hosts) == c.size:
+		c.topo = topo.FromHosts(hosts)
+	default:
+		c.topo = topo.Blocked(c.size, c.size)
+	}
+	if l0, l1, err := c.topo.Levels(c.rank); err == nil {
+		c.hier = algo.Hierarchy{Local: l0, Cross: l1}
+	}
+	m := tune.DefaultModel()
+	if c.cfg.IntraBW > 0 { // set by config.Load; a literal Config keeps the defaults
+		m.Intra = tune.Link{Latency: c.cfg.IntraLatency, Bandwidth: c.cfg.IntraBW}
+		m.Inter = tune.Link{Latency: c.cfg.InterLatency, Bandwidth: c.cfg.InterBW}
+	}
+	m.Segment = c.op.Segment
+	c.tuner = tune.New(spec, m, tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(),
+		Consecutive: c.topo.Consecutive()})
+	c.tuner.Warnf = c.log.Warnf
+	if c.cfg.Debug >= config.Info {
+		c.tuner.Logf = c.log.Infof
+		c.log.Infof("topology %s, GOHCCL_ALGO=%s", c.topo, c.cfg.Algo)
+	}
+	return nil
+}
+
 // FromMesh makes a communicator over an existing mesh (the in-process
 // transport in tests). opt.Rank and opt.Size must match the mesh.
 func FromMesh(mesh *transport.Mesh, opt Options) (*Comm, error) {
@@ -97,7 +146,11 @@ func FromMesh(mesh *transport.Mesh, opt Options) (*Comm, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 30 * time.Minute
 	}
-	return newComm(mesh, opt, "inproc", NewLogger(opt.Config.Debug, opt.Rank, opt.Size)), nil
+	c := newComm(mesh, opt, "inproc", NewLogger(opt.Config.Debug, opt.Rank, opt.Size))
+	if err := c.initTuning(opt.Hosts); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Rank returns this rank.

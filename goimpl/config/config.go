@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // Var declares one environment variable.
@@ -29,7 +31,17 @@ var Vars = []Var{
 	{"GOHCCL_DEBUG", "WARN | INFO | TRACE", "WARN",
 		"Log level on stderr, each line prefixed with the rank. INFO prints each communicator's ranks, transports and algorithm choices; TRACE every operation."},
 	{"GOHCCL_ALGO", "string", "auto",
-		"Algorithm override in HCCL's syntax. This build knows `ring` (the ring schedules for all-reduce, allgather and reduce-scatter) and `auto`; the per-level and per-collective forms come with the tree algorithms."},
+		"Algorithm override in HCCL's syntax: `ring`, `tree`, `dtree`, `rhd`, `binomial`, `level0:ring;level1:tree`, or per collective `allreduce=level0:ring;level1:rhd/allgather=ring`. A malformed value is refused at init; an algorithm that cannot run for an op falls back to the automatic choice with one warning. `auto` prices every candidate (docs/algorithms.md)."},
+	{"GOHCCL_RANKS_PER_NODE", "integer", "",
+		"Treat each k consecutive ranks as one node for the hierarchical algorithms and the tuner, instead of grouping ranks by the host identity bootstrap learned. Useful to try level0/level1 on one host."},
+	{"GOHCCL_INTRA_LATENCY", "microseconds", "5",
+		"Tuner's latency per step between ranks of one node (alpha). Only the choice of algorithm depends on it."},
+	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
+		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
+	{"GOHCCL_INTER_LATENCY", "microseconds", "20",
+		"Tuner's latency per step between nodes."},
+	{"GOHCCL_INTER_BW", "GB/s (decimal)", "1.25",
+		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
@@ -60,6 +72,13 @@ type Config struct {
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
+	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
+	// one node (GOHCCL_RANKS_PER_NODE).
+	RanksPerNode int
+	// IntraLatency and InterLatency are the tuner's per-step latencies in
+	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
+	// second (GOHCCL_INTRA_LATENCY, ...).
+	IntraLatency, IntraBW, InterLatency, InterBW float64
 }
 
 // MinBuffSize is the smallest scratch a communicator accepts.
@@ -104,8 +123,25 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		return c, fmt.Errorf("GOHCCL_DEBUG=%q: want WARN, INFO or TRACE", get("GOHCCL_DEBUG"))
 	}
 	c.Algo = strings.ToLower(get("GOHCCL_ALGO"))
-	if c.Algo != "auto" && c.Algo != "ring" {
-		return c, fmt.Errorf("GOHCCL_ALGO=%q: this build knows `auto` and `ring`", get("GOHCCL_ALGO"))
+	if _, err := tune.ParseAlgo(c.Algo); err != nil {
+		return c, err
+	}
+	if v := get("GOHCCL_RANKS_PER_NODE"); v != "" {
+		if c.RanksPerNode, err = strconv.Atoi(v); err != nil || c.RanksPerNode < 1 {
+			return c, fmt.Errorf("GOHCCL_RANKS_PER_NODE=%q: want a positive integer", v)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		dst   *float64
+		scale float64
+	}{{"GOHCCL_INTRA_LATENCY", &c.IntraLatency, 1e-6}, {"GOHCCL_INTRA_BW", &c.IntraBW, 1e9},
+		{"GOHCCL_INTER_LATENCY", &c.InterLatency, 1e-6}, {"GOHCCL_INTER_BW", &c.InterBW, 1e9}} {
+		v, err := strconv.ParseFloat(get(f.name), 64)
+		if err != nil || v <= 0 || v > 1e9 {
+			return c, fmt.Errorf("%s=%q: want a positive number", f.name, get(f.name))
+		}
+		*f.dst = v * f.scale
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))

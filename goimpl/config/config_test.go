@@ -70,3 +70,21 @@ func TestReadmeTableIsCurrent(t *testing.T) {
 	}
 	assert.Equal(t, want, s, "README's variable table is stale: go test ./goimpl/config -update")
 }
+
+func TestAlgoAndTopologyVariables(t *testing.T) {
+	c, err := Load(env(map[string]string{"GOHCCL_ALGO": "allreduce=level0:ring;level1:tree/allgather=ring",
+		"GOHCCL_RANKS_PER_NODE": "8", "GOHCCL_INTER_BW": "12.5", "GOHCCL_INTRA_LATENCY": "2"}))
+	require.NoError(t, err)
+	assert.Equal(t, 8, c.RanksPerNode)
+	assert.Equal(t, 12.5e9, c.InterBW)
+	assert.InDelta(t, 2e-6, c.IntraLatency, 1e-15)
+	assert.Equal(t, 0, Default().RanksPerNode)
+	for name, val := range map[string]string{"GOHCCL_ALGO": "level0:tree", "GOHCCL_RANKS_PER_NODE": "0",
+		"GOHCCL_INTER_BW": "fast", "GOHCCL_INTRA_LATENCY": "-1"} {
+		_, err := Load(env(map[string]string{name: val}))
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+	_, err = Load(env(map[string]string{"GOHCCL_ALGO": "bogus"}))
+	assert.ErrorContains(t, err, "valid forms")
+}

@@ -1,0 +1,39 @@
+package topo
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFromHosts(t *testing.T) {
+	tp := FromHosts([]string{"a", "b", "a", "b", "c", "c"})
+	assert.Equal(t, [][]int{{0, 2}, {1, 3}, {4, 5}}, tp.Nodes)
+	assert.Equal(t, []int{0, 0, 1, 1, 0, 1}, tp.Local)
+	assert.Equal(t, 2, tp.PerNode())
+	assert.False(t, tp.Consecutive())
+	l0, l1, err := tp.Levels(3)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 3}, l0)
+	assert.Equal(t, []int{2, 3, 5}, l1)
+	assert.Equal(t, "3 nodes x 2 ranks", tp.String())
+}
+
+func TestBlocked(t *testing.T) {
+	tp := Blocked(32, 8)
+	assert.Equal(t, 4, tp.NumNodes())
+	assert.Equal(t, 8, tp.PerNode())
+	assert.True(t, tp.Consecutive())
+	l0, l1, err := tp.Levels(13)
+	require.NoError(t, err)
+	assert.Equal(t, []int{8, 9, 10, 11, 12, 13, 14, 15}, l0)
+	assert.Equal(t, []int{5, 13, 21, 29}, l1)
+
+	uneven := Blocked(5, 2)
+	assert.Equal(t, 0, uneven.PerNode())
+	assert.Equal(t, 2, uneven.MaxPerNode())
+	_, _, err = uneven.Levels(0)
+	assert.ErrorContains(t, err, "2+2+1")
+	assert.Equal(t, 1, Blocked(4, 0).NumNodes())
+}

@@ -1,0 +1,182 @@
+package tune
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Link is the alpha-beta figure of one class of link.
+type Link struct {
+	Latency   float64 // seconds per step (alpha)
+	Bandwidth float64 // bytes per second one rank sends and receives at once (1/beta)
+}
+
+// Model holds the link figures the tuner prices with.
+type Model struct {
+	Intra Link // between ranks of one node
+	Inter Link // between nodes
+	// ReduceBW is the speed of the reduce kernels in bytes of input per
+	// second (memory bound beyond the caches, DESIGN.md).
+	ReduceBW float64
+	// Segment is the streaming unit of the pipelined trees, in bytes.
+	Segment int
+}
+
+// DefaultModel is the CPU build's figures: loopback TCP or shared memory
+// inside a host, a 10 Gb/s network between hosts.
+func DefaultModel() Model {
+	return Model{
+		Intra:    Link{Latency: 5e-6, Bandwidth: 3e9},
+		Inter:    Link{Latency: 20e-6, Bandwidth: 1.25e9},
+		ReduceBW: 20e9,
+		Segment:  1 << 20,
+	}
+}
+
+// Shape is what a price depends on: the group, its nodes, the bytes.
+type Shape struct {
+	N       int // ranks
+	Nodes   int // nodes
+	PerNode int // ranks per node if every node has as many, else 0
+	// Consecutive: each node's ranks are consecutive (ring crosses nodes
+	// Nodes times; halving-doubling's short distances stay inside a node).
+	Consecutive bool
+	// Bytes is the all-reduce/broadcast/reduce buffer, the allgather
+	// output, the reduce-scatter input.
+	Bytes float64
+}
+
+// flat returns the link a flat algorithm over the whole group is bound by:
+// between nodes as soon as there are two.
+func (m Model) flat(s Shape) Link {
+	if s.Nodes > 1 {
+		return m.Inter
+	}
+	return m.Intra
+}
+
+func log2floor(n int) int { return bits.Len(uint(n)) - 1 }
+func log2ceil(n int) int  { return bits.Len(uint(n - 1)) }
+
+// pipelined prices a tree with depth d streaming b bytes in segments, each
+// segment costing perSeg bytes on the busiest rank's link per phase.
+func (m Model) pipelined(l Link, depth int, b float64, perSeg float64) float64 {
+	seg := math.Min(float64(m.Segment), b)
+	if seg <= 0 {
+		return 0
+	}
+	nseg := math.Ceil(b / seg)
+	return float64(depth)*l.Latency + (float64(depth)+nseg-1)*perSeg*seg/l.Bandwidth
+}
+
+// Cost prices choice c for collective coll on shape s, in seconds. The
+// choice must be able to run (see CanRun); Hier's levels must be set.
+func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
+	n, S := s.N, s.Bytes
+	if n <= 1 || S <= 0 {
+		return 0
+	}
+	l := m.flat(s)
+	nf := float64(n)
+	red := S / m.ReduceBW
+	switch coll {
+	case AllReduce:
+		switch c.Algo {
+		case Ring:
+			return 2*(nf-1)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth + (nf-1)/nf*red
+		case Tree: // interior rank: 2 segments in per segment going up, 2 out coming down
+			return 2*m.pipelined(l, log2floor(n), S, 2) + 2*red
+		case DTree: // each tree half the data; a rank forwards in one tree only
+			return 2*m.pipelined(l, log2floor(n), S/2, 2) + red
+		case RHD:
+			return m.rhd(s, S, true)
+		case Hier:
+			L, N := s.PerNode, s.Nodes
+			lf := float64(L)
+			var t float64
+			if L > 1 {
+				steps := float64(L - 1)
+				if c.Level0 == RHD {
+					steps = float64(log2floor(L))
+				}
+				t = 2*steps*m.Intra.Latency + 2*(lf-1)/lf*S/m.Intra.Bandwidth + (lf-1)/lf*red
+			}
+			sub := Shape{N: N, Nodes: N, PerNode: 1, Consecutive: true, Bytes: S / lf}
+			return t + m.Cost(AllReduce, Choice{Algo: c.Level1}, sub)
+		}
+	case Broadcast, Reduce:
+		extra := 0.0
+		if coll == Reduce {
+			extra = red
+		}
+		switch c.Algo {
+		case Ring:
+			return m.pipelined(l, n-1, S, 1) + extra
+		case Binomial:
+			return float64(log2ceil(n))*(l.Latency+S/l.Bandwidth) + extra
+		case Tree:
+			return m.pipelined(l, log2floor(n), S, 2) + extra
+		case DTree:
+			return m.pipelined(l, log2floor(n)+1, S/2, 2) + S/2/l.Bandwidth + extra
+		}
+	case AllGather:
+		switch c.Algo {
+		case Ring:
+			return (nf-1)*l.Latency + (nf-1)/nf*S/l.Bandwidth
+		case RHD:
+			return m.rhd(s, S, false)
+		}
+	case ReduceScatter:
+		if c.Algo == Ring {
+			return (nf-1)*l.Latency + (nf-1)/nf*(S/l.Bandwidth+red)
+		}
+	}
+	panic(fmt.Sprintf("tune: no price for %s %s", coll, c))
+}
+
+// rhd prices recursive halving-doubling (both halves when full, the
+// doubling allgather alone otherwise). Step k exchanges over distance
+// p>>(k+1) in virtual ranks, which stays inside a node when the nodes'
+// ranks are consecutive and the distance is below the node size.
+func (m Model) rhd(s Shape, S float64, full bool) float64 {
+	p := 1 << log2floor(s.N)
+	e := s.N - p
+	var t float64
+	for k := 0; k < log2floor(s.N); k++ {
+		d := p >> (k + 1)
+		l := m.flat(s)
+		if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 && d < s.PerNode {
+			l = m.Intra
+		}
+		b := S * float64(d) / float64(p)
+		step := l.Latency + b/l.Bandwidth
+		if full {
+			t += 2*step + b/m.ReduceBW
+		} else {
+			t += step
+		}
+	}
+	if e > 0 && full {
+		l := m.flat(s)
+		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW
+	}
+	return t
+}
+
+// CanRun says whether choice c can run collective coll on shape s; the
+// error says why not.
+func CanRun(coll Coll, c Choice, s Shape) error {
+	if !Has(coll, c.Algo) {
+		return fmt.Errorf("%s has no %s algorithm", coll, c.Algo)
+	}
+	switch {
+	case coll == AllGather && c.Algo == RHD && s.N&(s.N-1) != 0:
+		return fmt.Errorf("recursive doubling needs a power-of-two group, not %d ranks", s.N)
+	case c.Algo == Hier && s.PerNode == 0:
+		return fmt.Errorf("hierarchical needs the same number of ranks on every node")
+	case c.Algo == Hier && c.Level0 == RHD && s.PerNode&(s.PerNode-1) != 0:
+		return fmt.Errorf("level0 halving-doubling needs a power-of-two node size, not %d", s.PerNode)
+	}
+	return nil
+}
