@@ -3,6 +3,8 @@
 // contiguous buffers. See ProcessGroupGoHCCL.hpp for the threading model.
 #include "ProcessGroupGoHCCL.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -618,10 +620,12 @@ ProcessGroupGoHCCL::ProcessGroupGoHCCL(
     int size,
     std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size),
+      ownerPid_(getpid()),
       timeoutMs_(timeout.count()),
       options_(c10::make_intrusive<Options>("gohccl", timeout)),
       errorState_(std::make_shared<std::atomic<int>>(
-          static_cast<int>(c10d::ErrorType::SUCCESS))) {
+          static_cast<int>(c10d::ErrorType::SUCCESS))),
+      closing_(std::make_shared<std::atomic<bool>>(false)) {
   TORCH_CHECK_VALUE(store, "gohccl: the process group needs a store");
   const int abi = gohccl_abi_version();
   if (abi != GOHCCL_ABI_VERSION) {
@@ -678,10 +682,20 @@ ProcessGroupGoHCCL::~ProcessGroupGoHCCL() {
 
 void ProcessGroupGoHCCL::shutdown() {
   std::call_once(shutdownOnce_, [this] {
+    if (getpid() != ownerPid_) {
+      // A forked child (a fork-started DataLoader worker, say): joining
+      // threads that do not exist here would hang, and so would calling into
+      // Go. The queues are left to the process's end on purpose.
+      (void)collectives_.release();
+      (void)sends_.release();
+      (void)recvs_.release();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(issueMutex_);
       closed_ = true;
     }
+    closing_->store(true);
     // A collective in progress finishes (every rank is shutting down at the
     // same point); queued ones never start. Sends do not wait for receivers,
     // so the one in progress ends soon.
@@ -707,7 +721,9 @@ void ProcessGroupGoHCCL::shutdown() {
 }
 
 void ProcessGroupGoHCCL::abort() {
-  gohccl_comm_abort(comm_);
+  if (getpid() == ownerPid_) {
+    gohccl_comm_abort(comm_);
+  }
   shutdown();
 }
 
@@ -782,27 +798,40 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
     c10d::OpType opType,
     const char* opName,
     std::chrono::milliseconds timeout,
+    bool asyncOp,
     std::vector<at::Tensor> outputs,
     WorkGoHCCL::Body body) {
-  std::lock_guard<std::mutex> lock(issueMutex_);
-  TORCH_CHECK(
-      !closed_,
-      "gohccl ",
-      opName,
-      ": the process group has been destroyed");
   const bool collective = lane == Lane::kCollective;
-  const uint64_t seq = collective ? collectiveSeq_++ : p2pSeq_++;
-  auto work = c10::make_intrusive<WorkGoHCCL>(
-      rank_,
-      opType,
-      c10::str(opName, " #", seq),
-      seq,
-      timeout,
-      std::move(outputs),
-      std::move(body),
-      /*waitRunsBody=*/false,
-      errorState_);
-  (collective ? collectives_ : sends_)->push(work);
+  WorkQueue& queue = collective ? *collectives_ : *sends_;
+  c10::intrusive_ptr<WorkGoHCCL> work;
+  bool runHere = false;
+  {
+    std::lock_guard<std::mutex> lock(issueMutex_);
+    TORCH_CHECK(
+        !closed_,
+        "gohccl ",
+        opName,
+        ": the process group has been destroyed");
+    // 1-based, as libgohccl numbers collectives in its messages.
+    const uint64_t seq = collective ? ++collectiveSeq_ : ++p2pSeq_;
+    work = c10::make_intrusive<WorkGoHCCL>(
+        rank_,
+        opType,
+        c10::str(opName, " #", seq),
+        seq,
+        timeout,
+        std::move(outputs),
+        std::move(body),
+        /*waitRunsBody=*/false,
+        errorState_);
+    runHere = queue.pushOrClaim(work, /*runHere=*/!asyncOp);
+  }
+  // A synchronous op (async_op=False) whose queue is idle runs here: the
+  // caller is about to wait for it anyway. Not under issueMutex_, which
+  // other threads need to issue meanwhile.
+  if (runHere) {
+    queue.runClaimed(work);
+  }
   return work;
 }
 
@@ -831,19 +860,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postRecv(
     return gohccl_recv_post(
         comm, peer, tag, buf.data_ptr(), countOf(buf), goDtype(buf), &req, e, n);
   });
-  const uint64_t seq = p2pSeq_++;
+  const uint64_t seq = ++p2pSeq_;
+  std::string name = c10::str(opName, " #", seq);
   auto work = c10::make_intrusive<WorkGoHCCL>(
       rank_,
       opType,
-      c10::str(opName, " #", seq),
+      name,
       seq,
       std::chrono::milliseconds(ms),
       std::vector<at::Tensor>{tensor},
-      [comm, req, ms, buf, tensor]() {
+      [comm, req, ms, buf, tensor, name, closing = closing_]() {
         int source = -1;
-        goCall([&](char* e, size_t n) {
-          return gohccl_recv_wait(comm, req, ms, &source, e, n);
-        });
+        try {
+          goCall([&](char* e, size_t n) {
+            return gohccl_recv_wait(comm, req, ms, &source, e, n);
+          });
+        } catch (const GoError& e) {
+          if (!closing->load()) {
+            throw;
+          }
+          // Shutdown aborted it, or the peer's shutdown closed the link.
+          throw GoError(
+              e.status(),
+              c10::str(
+                  "gohccl: process group destroyed before ",
+                  name,
+                  " completed: ",
+                  e.what_without_backtrace()));
+        }
         copyBack(tensor, buf);
         return source;
       },
@@ -868,6 +912,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce(
       c10d::OpType::ALLREDUCE,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       tensors,
       [comm = comm_, t, red, ms]() {
         // The op overwrites t, so scaling it in place is allowed.
@@ -895,6 +940,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce_coalesced(
       c10d::OpType::ALLREDUCE_COALESCED,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       tensors,
       [comm = comm_, tensors, red, ms]() {
         int64_t total = 0;
@@ -933,6 +979,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::broadcast(
       c10d::OpType::BROADCAST,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       tensors,
       [comm = comm_, t, root, isRoot, ms]() {
         at::Tensor buf = isRoot ? dense(t) : scratchFor(t);
@@ -970,6 +1017,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce(
       c10d::OpType::REDUCE,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       tensors,
       [comm = comm_, t, red, root, isRoot, ms]() {
         // Only the root's tensor is an output; the others stay as they were.
@@ -1018,6 +1066,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather(
       c10d::OpType::ALLGATHER,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outs,
       [comm = comm_, in, outs, size, ms]() {
         at::Tensor src = dense(in);
@@ -1049,6 +1098,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single(
       c10d::OpType::_ALLGATHER_BASE,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       {output},
       [comm = comm_, in = input, out = output, ms]() {
         at::Tensor src = dense(in);
@@ -1108,6 +1158,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather_coalesced(
       c10d::OpType::ALLGATHER_COALESCED,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outs,
       [comm = comm_, inputs, lists = outputLists, size, ms]() {
         int64_t total = 0;
@@ -1157,6 +1208,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single_coalesced(
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outputs,
       [comm = comm_, inputs, outputs, size, ms]() {
         int64_t total = 0;
@@ -1226,6 +1278,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather(
       c10d::OpType::GATHER,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outs,
       [comm = comm_, in, outs, root, isRoot, size, ms]() {
         at::Tensor src = dense(in);
@@ -1276,6 +1329,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather_single(
       c10d::OpType::GATHER,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outs,
       [comm = comm_, in = input, out = isRoot ? output : at::Tensor(), root, isRoot, ms]() {
         at::Tensor src = dense(in);
@@ -1342,6 +1396,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::scatter(
       c10d::OpType::SCATTER,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outputs,
       [comm = comm_, out, ins, root, isRoot, size, ms]() {
         const int64_t n = out.numel();
@@ -1400,6 +1455,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter(
       c10d::OpType::REDUCE_SCATTER,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outputs,
       [comm = comm_, out, ins, red, size, ms]() {
         const int64_t n = out.numel();
@@ -1453,6 +1509,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter_single(
       c10d::OpType::_REDUCE_SCATTER_BASE,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       {output},
       [comm = comm_, in = input, out = output, red, ms]() {
         // The input is not an output: it is never written.
@@ -1501,6 +1558,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outputs,
       [comm = comm_, inputs, outputs, red, size, ms]() {
         // Block r of the flat input is every input's r-th block, back to
@@ -1553,6 +1611,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_to_all_single(
       c10d::OpType::ALLTOALL_BASE,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       {output},
       [comm = comm_, in = input, out = output, sendCounts, sendOffsets,
        recvCounts, recvOffsets, ms]() {
@@ -1604,6 +1663,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::alltoall(
       c10d::OpType::ALLTOALL,
       kOp,
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       outputs,
       [comm = comm_, inputs, outputs, ms]() {
         int64_t sendTotal = 0, recvTotal = 0;
@@ -1639,6 +1699,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::barrier(
       c10d::OpType::BARRIER,
       "barrier",
       std::chrono::milliseconds(ms),
+      opts.asyncOp,
       {},
       [comm = comm_, ms]() {
         goCall([&](char* e, size_t n) {
@@ -1664,6 +1725,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::send(
       c10d::OpType::SEND,
       kOp,
       std::chrono::milliseconds(ms),
+      /*asyncOp=*/true,
       tensors,
       [comm = comm_, t, dstRank, tag, ms]() {
         at::Tensor src = dense(t);

@@ -175,9 +175,21 @@ void WorkGoHCCL::complete(int source, std::exception_ptr err) {
   cv_.notify_all();
 }
 
+namespace {
+std::atomic<int> liveQueueThreads{0};
+} // namespace
+
+int WorkQueue::liveThreads() {
+  return liveQueueThreads.load();
+}
+
 WorkQueue::WorkQueue(std::string threadName)
     : threadName_(std::move(threadName)) {
-  thread_ = std::thread([this] { loop(); });
+  liveQueueThreads.fetch_add(1);
+  thread_ = std::thread([this] {
+    loop();
+    liveQueueThreads.fetch_sub(1);
+  });
   // Linux limits thread names to 15 characters.
   pthread_setname_np(
       thread_.native_handle(), threadName_.substr(0, 15).c_str());
@@ -192,6 +204,12 @@ WorkQueue::~WorkQueue() {
 }
 
 void WorkQueue::push(c10::intrusive_ptr<WorkGoHCCL> work) {
+  pushOrClaim(work, false);
+}
+
+bool WorkQueue::pushOrClaim(
+    const c10::intrusive_ptr<WorkGoHCCL>& work,
+    bool runHere) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(
@@ -199,8 +217,23 @@ void WorkQueue::push(c10::intrusive_ptr<WorkGoHCCL> work) {
         "gohccl: process group destroyed; ",
         work->name(),
         " was issued after shutdown");
-    queue_.push_back(std::move(work));
+    if (runHere && queue_.empty() && !running_) {
+      running_ = true;
+      return true;
+    }
+    queue_.push_back(work);
   }
+  cv_.notify_one();
+  return false;
+}
+
+void WorkQueue::runClaimed(const c10::intrusive_ptr<WorkGoHCCL>& work) {
+  work->run();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+  // Works queued meanwhile wait for running_ to clear.
   cv_.notify_one();
 }
 
@@ -230,7 +263,9 @@ bool WorkQueue::busy() {
 void WorkQueue::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    cv_.wait(lock, [this] {
+      return !running_ && (stopping_ || !queue_.empty());
+    });
     if (queue_.empty() || (stopping_ && !drain_)) {
       return;
     }

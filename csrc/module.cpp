@@ -67,4 +67,9 @@ PYBIND11_MODULE(_C, m) {
       [] { return gohccl_abi_version(); },
       "The C ABI version built into libgohccl.");
   m.attr("ABI_VERSION") = GOHCCL_ABI_VERSION;
+  m.def(
+      "_live_threads",
+      &gohccl::WorkQueue::liveThreads,
+      "How many of the backends' queue threads are running in this process; "
+      "0 once every gohccl process group is destroyed.");
 }
