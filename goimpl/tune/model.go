@@ -56,6 +56,16 @@ func (m Model) flat(s Shape) Link {
 	return m.Intra
 }
 
+// frames returns how many segments carry b bytes in one exchange: each costs
+// a latency, since the exchange sends segment j+1 only once segment j from
+// its other peer is in (at least one, even for an empty step).
+func (m Model) frames(b float64) float64 {
+	if m.Segment <= 0 {
+		return 1
+	}
+	return math.Max(1, math.Ceil(b/float64(m.Segment)))
+}
+
 func log2floor(n int) int { return bits.Len(uint(n)) - 1 }
 func log2ceil(n int) int  { return bits.Len(uint(n - 1)) }
 
@@ -84,7 +94,7 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 	case AllReduce:
 		switch c.Algo {
 		case Ring:
-			return 2*(nf-1)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth + (nf-1)/nf*red
+			return 2*(nf-1)*m.frames(S/nf)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth + (nf-1)/nf*red
 		case Tree: // interior rank: 2 segments in per segment going up, 2 out coming down
 			return 2*m.pipelined(l, log2floor(n), S, 2) + 2*red
 		case DTree: // each tree half the data; a rank forwards in one tree only
@@ -96,9 +106,10 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 			lf := float64(L)
 			var t float64
 			if L > 1 {
-				steps := float64(L - 1)
+				steps := float64(L-1) * m.frames(S/lf)
 				if c.Level0 == RHD {
-					steps = float64(log2floor(L))
+					steps = (lf - 1) / lf * S / float64(max(m.Segment, 1))
+					steps = math.Max(steps, float64(log2floor(L)))
 				}
 				t = 2*steps*m.Intra.Latency + 2*(lf-1)/lf*S/m.Intra.Bandwidth + (lf-1)/lf*red
 			}
@@ -123,13 +134,13 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 	case AllGather:
 		switch c.Algo {
 		case Ring:
-			return (nf-1)*l.Latency + (nf-1)/nf*S/l.Bandwidth
+			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*S/l.Bandwidth
 		case RHD:
 			return m.rhd(s, S, false)
 		}
 	case ReduceScatter:
 		if c.Algo == Ring {
-			return (nf-1)*l.Latency + (nf-1)/nf*(S/l.Bandwidth+red)
+			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*(S/l.Bandwidth+red)
 		}
 	}
 	panic(fmt.Sprintf("tune: no price for %s %s", coll, c))
@@ -150,7 +161,7 @@ func (m Model) rhd(s Shape, S float64, full bool) float64 {
 			l = m.Intra
 		}
 		b := S * float64(d) / float64(p)
-		step := l.Latency + b/l.Bandwidth
+		step := m.frames(b)*l.Latency + b/l.Bandwidth
 		if full {
 			t += 2*step + b/m.ReduceBW
 		} else {
@@ -159,7 +170,7 @@ func (m Model) rhd(s Shape, S float64, full bool) float64 {
 	}
 	if e > 0 && full {
 		l := m.flat(s)
-		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW
+		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW // one-way transfers stream
 	}
 	return t
 }

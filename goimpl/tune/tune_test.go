@@ -131,10 +131,10 @@ func TestForcedHierFillsLevels(t *testing.T) {
 
 func TestCostClosedForms(t *testing.T) {
 	m := DefaultModel()
-	s := Shape{N: 8, Nodes: 1, PerNode: 8, Consecutive: true, Bytes: 8 << 20}
+	s := Shape{N: 8, Nodes: 1, PerNode: 8, Consecutive: true, Bytes: 8 << 20} // one segment per ring step
 	l := m.Intra
 	ring := 14*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW
 	assert.InDelta(t, ring, m.Cost(AllReduce, Choice{Algo: Ring}, s), 1e-12)
-	rhd := 6*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW
+	rhd := 2*(4+2+1)*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW // 4, 2, 1 segments per step
 	assert.InDelta(t, rhd, m.Cost(AllReduce, Choice{Algo: RHD}, s), 1e-12)
 }

@@ -1,0 +1,83 @@
+package sim
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gohccl/gohccl/goimpl/tune"
+)
+
+// TestClosedForms checks the simulator against the alpha-beta formulas for
+// schedules without contention: ring and halving-doubling all-reduce take
+// 2(n-1) and 2 log2 n steps and send 2(n-1)/n of the buffer per rank.
+func TestClosedForms(t *testing.T) {
+	l := tune.Link{Latency: 10e-6, Bandwidth: 10e9}
+	for _, n := range []int{4, 8, 16, 12} {
+		net := Net{Ranks: n, Intra: l, Inter: l, Segment: 256 << 10}
+		S := float64(16 << 20)
+		nf := float64(n)
+		seg := float64(net.Segment)
+		frames := func(b float64) float64 { return math.Max(1, math.Ceil(b/seg)) }
+		ring, err := Run(net, tune.AllReduce, tune.Choice{Algo: tune.Ring}, int(S))
+		require.NoError(t, err)
+		// 2(n-1) steps of one chunk each, one latency per segment.
+		want := 2*(nf-1)*frames(S/nf)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth
+		assert.InEpsilon(t, want, ring, 0.03, "ring n=%d: sim %g, formula %g", n, ring, want)
+
+		rhd, err := Run(net, tune.AllReduce, tune.Choice{Algo: tune.RHD}, int(S))
+		require.NoError(t, err)
+		p := float64(int(1) << (63 - leadingZeros(n)))
+		want = 0
+		for d := p / 2; d >= 1; d /= 2 { // halving and doubling step of distance d
+			want += 2 * (frames(S*d/p)*l.Latency + S*d/p/l.Bandwidth)
+		}
+		if p != nf { // fold and unfold: the whole buffer each way
+			want += 2 * (l.Latency + S/l.Bandwidth) // one-way: the segments stream
+		}
+		assert.InEpsilon(t, want, rhd, 0.03, "rhd n=%d: sim %g, formula %g", n, rhd, want)
+
+		m := tune.Model{Intra: l, Inter: l, ReduceBW: math.Inf(1), Segment: net.Segment}
+		s := tune.Shape{N: n, Nodes: 1, PerNode: n, Consecutive: true, Bytes: S}
+		assert.InEpsilon(t, m.Cost(tune.AllReduce, tune.Choice{Algo: tune.RHD}, s), rhd, 0.03)
+		assert.InEpsilon(t, m.Cost(tune.AllReduce, tune.Choice{Algo: tune.Ring}, s), ring, 0.03)
+	}
+}
+
+func leadingZeros(n int) int {
+	z := 0
+	for x := uint64(n); x&(1<<63) == 0; x <<= 1 {
+		z++
+	}
+	return z
+}
+
+// TestSeedCase runs the seed's 4 nodes x 8 ranks all-reduce (scaled to
+// 64 MiB to stay fast) and checks the order the model predicts.
+func TestSeedCase(t *testing.T) {
+	net := Seed(4)
+	times := map[string]float64{}
+	for _, c := range []tune.Choice{{Algo: tune.Ring}, {Algo: tune.Tree}, {Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Tree},
+		{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Ring}} {
+		s, err := Run(net, tune.AllReduce, c, 64<<20)
+		require.NoError(t, err, c.String())
+		times[c.String()] = s
+	}
+	assert.Less(t, times["level0:ring;level1:tree"], times["ring"])
+	assert.Less(t, times["level0:ring;level1:ring"], times["level0:ring;level1:tree"])
+	assert.Less(t, times["ring"], times["tree"])
+}
+
+func TestMismatchDetected(t *testing.T) {
+	// Every schedule runs to completion on every rank count it is given;
+	// a broken schedule would surface as an error, not a hang.
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, a := range []tune.Algo{tune.Ring, tune.Tree, tune.DTree, tune.RHD} {
+			_, err := Run(Net{Ranks: n, Intra: tune.Link{Latency: 1e-6, Bandwidth: 1e9}, Inter: tune.Link{Latency: 1e-6, Bandwidth: 1e9}},
+				tune.AllReduce, tune.Choice{Algo: a}, 4<<20)
+			require.NoError(t, err)
+		}
+	}
+}
