@@ -37,8 +37,8 @@ func main() {
 	seg, err := config.ParseBytes(*segment)
 	check(err)
 	net := sim.Net{Ranks: *nodes * *perNode, PerNode: *perNode,
-		Intra: tune.Link{Latency: *intraLat * 1e-6, Bandwidth: *intraBW * 1e9},
-		Inter: tune.Link{Latency: *interLat * 1e-6, Bandwidth: *interBW * 1e9},
+		Intra:  tune.Link{Latency: *intraLat * 1e-6, Bandwidth: *intraBW * 1e9},
+		Inter:  tune.Link{Latency: *interLat * 1e-6, Bandwidth: *interBW * 1e9},
 		NodeBW: *nodeBW * 1e9, ReduceBW: *reduceBW * 1e9, Segment: int(seg)}
 	c := map[string]tune.Coll{"allreduce": tune.AllReduce, "broadcast": tune.Broadcast, "allgather": tune.AllGather}[*coll]
 	m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
