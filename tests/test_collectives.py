@@ -315,7 +315,7 @@ def _barrier(ctx):
     import torch.distributed as dist
     times = []
     for i in range(3):
-        time.sleep(0.15 * ((ctx.rank + i) % ctx.world_size))
+        time.sleep(0.05 * ((ctx.rank + i) % ctx.world_size))
         arrive = time.time()
         dist.barrier()
         times.append((arrive, time.time()))
