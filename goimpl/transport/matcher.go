@@ -234,14 +234,19 @@ func (m *Matcher) Post(r *Recv) {
 	if r.done == nil {
 		r.done = make(chan struct{}, 1)
 	}
-	select { // drop a stale wake-up from an earlier use
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Drop a stale wake-up from an earlier use. Under the lock: complete,
+	// which sends the wake-up, runs under it too, after marking the receive
+	// done, so a Wait that saw the done state can return and the caller
+	// repost before the wake-up is sent. Drained before the lock, that
+	// wake-up would stay and end the next Wait before its frame arrived.
+	select {
 	case <-r.done:
 	default:
 	}
 	r.err = nil
 	r.Source = r.Peer
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	r.order = m.nextPost
 	m.nextPost++
 	r.state.Store(recvPosted)
@@ -348,15 +353,22 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 	} else {
 		r.timer.Reset(d)
 	}
-	select {
-	case <-r.done:
-		r.timer.Stop()
-		return r.err
-	case <-r.timer.C:
-		return m.expire(r)
-	case <-m.closedCh:
-		r.timer.Stop()
-		return m.withdraw(r, m.closedErr())
+	for {
+		select {
+		case <-r.done:
+			// A wake-up only counts with the done state: the state, not the
+			// token, is the receive's result.
+			if r.state.Load() != recvDone {
+				continue
+			}
+			r.timer.Stop()
+			return r.err
+		case <-r.timer.C:
+			return m.expire(r)
+		case <-m.closedCh:
+			r.timer.Stop()
+			return m.withdraw(r, m.closedErr())
+		}
 	}
 }
 
