@@ -353,17 +353,22 @@ def test_check_counts_a_corrupted_result(backend, workdir):
 
 
 @pytest.mark.timeout(200)
-def test_without_check_nothing_is_verified(backend, workdir):
+def test_without_check_nothing_is_verified_and_mpi_is_skipped(backend, workdir):
+    """Without --check the hook has nothing to corrupt and #wrong is N/A; and
+    mpi, asked for outside mpirun, is left out with a note, not an error."""
     js = os.path.join(workdir, "out.json")
-    rc, out, err = run_bench(TINY + ["-e", "64", "--backends", _backends_arg(backend),
+    rc, out, err = run_bench(TINY + ["-e", "64", "--backends", _backends_arg(backend) + ",mpi",
                                      "--json", js], backend,
                              env={"GOHCCL_BENCH_CORRUPT": "*"})
     assert rc == 0, _explain(rc, out, err)
     with open(js) as f:
         doc = json.load(f)
     assert doc["check"] is False
-    assert all(r["wrong"] is None for r in doc["results"])
-    assert "not checked" in out
+    assert doc["results"] and all(r["wrong"] is None for r in doc["results"])
+    assert "not checked" in out and " N/A" in out
+    assert "mpi" not in doc["labels"]
+    assert any(n.startswith("mpi skipped") for n in doc["notes"]), doc["notes"]
+    assert "# mpi skipped" in out
 
 
 @pytest.mark.timeout(200)
@@ -381,19 +386,6 @@ def test_algo_creates_one_group_per_value(backend, workdir):
     algos = {(r["label"], r["algo"]) for r in doc["results"]}
     assert algos == {("gohccl/auto", "auto"), ("gohccl/ring", "ring"), ("gloo", None)}
     assert all(r["wrong"] == 0 for r in doc["results"])
-
-
-@pytest.mark.timeout(200)
-def test_mpi_is_skipped_cleanly_outside_mpirun(backend, workdir):
-    js = os.path.join(workdir, "out.json")
-    rc, out, err = run_bench(TINY + ["-e", "64", "--backends", _backends_arg(backend) + ",mpi",
-                                     "--json", js], backend)
-    assert rc == 0, _explain(rc, out, err)
-    with open(js) as f:
-        doc = json.load(f)
-    assert "mpi" not in doc["labels"]
-    assert any(n.startswith("mpi skipped") for n in doc["notes"])
-    assert "# mpi skipped" in out
 
 
 def _have_matplotlib() -> bool:
@@ -440,3 +432,47 @@ def test_single_rank_in_process(backend, workdir):
         if r["collective"] == "all_reduce":
             assert r["busbw"] == 0.0  # 2(n-1)/n is 0 at n=1
     assert not math.isnan(sum(r["time_us"] for r in doc["results"]))
+
+
+def _mpi_python():
+    """The mpirun on PATH and whether this interpreter has mpi4py, or None."""
+    import shutil
+    mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
+    if mpirun is None or importlib.util.find_spec("mpi4py") is None:
+        return None
+    return mpirun
+
+
+@pytest.mark.timeout(200)
+def test_mpi_under_mpirun(backend, workdir):
+    mpirun = _mpi_python()
+    if mpirun is None:
+        pytest.skip("needs mpirun on PATH and mpi4py in this Python")
+    js = os.path.join(workdir, "out.json")
+    cmd = [mpirun, "-np", "2"] + _bench_command(backend)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    proc = subprocess.Popen(cmd + ["-b", "8", "-e", "1K", "-f", "8", "-n", "3", "-w", "1",
+                                   "-c", "all", "--check", "--no-progress", "--timeout", "60",
+                                   "--backends", _backends_arg(backend) + ",mpi", "--json", js],
+                            cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"mpirun bench did not finish\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        if proc.poll() is None:
+            _end_group(proc)
+    assert proc.returncode == 0, _explain(proc.returncode, out, err)
+    with open(js) as f:
+        doc = json.load(f)
+    assert doc["launcher"] == "mpirun" and doc["nranks"] == 2
+    assert doc["labels"][-1] == "mpi"
+    mpi_rows = [r for r in doc["results"] if r["label"] == "mpi"]
+    assert {r["collective"] for r in mpi_rows} == set(bench.COLLECTIVES)
+    assert all(r["wrong"] == 0 for r in doc["results"])
