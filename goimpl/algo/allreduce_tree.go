@@ -69,25 +69,6 @@ func (o *Op) treeUp(t, j int, mine, acc []byte, parent, up int, kids [2]int) err
 	return o.send(parent, tag(up, t, j), out)
 }
 
-// treeDown runs the down step of segment j of tree t: the result arrives
-// from the parent straight into mine (at the root it is already there) and
-// goes on to the children.
-func (o *Op) treeDown(t, j int, mine []byte, parent int, kids [2]int) error {
-	if parent >= 0 {
-		if err := o.wait(o.post(2*t, parent, tag(phaseTreeDown, t, j), mine)); err != nil {
-			return err
-		}
-	}
-	for _, c := range kids {
-		if c >= 0 {
-			if err := o.send(c, tag(phaseTreeDown, t, j), mine); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // treeDownAll streams all of buf down tree t with the receive of segment j+1
 // posted before segment j is forwarded, so frames land in buf directly.
 func (o *Op) treeDownAll(t int, buf []byte, parent int, kids [2]int) error {

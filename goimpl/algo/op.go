@@ -49,8 +49,9 @@ type Op struct {
 	// filled per frame.
 	Stamp    transport.Header
 	Deadline time.Time
-	// Scratch is the communicator's preallocated buffer: two receive slots
-	// and one accumulation slot of Segment bytes each.
+	// Scratch is the communicator's preallocated buffer: at least four
+	// slots of Segment bytes (receive slots 0 and 1, accumulation slot 2;
+	// the double tree receives into all four).
 	Scratch []byte
 	// Segment is the streaming unit in bytes, a multiple of 64 (so of every
 	// element size).
@@ -131,7 +132,8 @@ func (o *Op) View(members []int, phase int) *Op {
 
 func (o *Op) esize() int { return o.DType.Size() }
 
-// slot returns scratch slot i (0 and 1 receive, 2 accumulates).
+// slot returns scratch slot i (0 and 1 receive, 2 accumulates; the double
+// tree's up phase receives into 0..3).
 func (o *Op) slot(i int) []byte { return o.Scratch[i*o.Segment : (i+1)*o.Segment] }
 
 // tag packs a frame's place in a schedule.
