@@ -565,21 +565,28 @@ def _tail(path: str, limit: int = 6000) -> str:
 _WORKER_ENV = "GOHCCL_TEST_WORKER"
 
 
-def launch(fn: Callable, world_size: int, backend: str, args: tuple = (), *,
-           timeout: float = 100.0, pg_timeout: float = 40.0, init: bool = True,
-           destroy: bool = True, init_method: str = "file", env: dict | None = None,
-           grace: float = 3.0) -> list[Any]:
+def launch(fn: Callable, world_size: int, backend: str, args: tuple = (), **kwargs) -> list[Any]:
     """launch runs fn(ctx, *args) on world_size fresh processes and returns
     each rank's return value, or raises WorkerFailure naming every rank's fate.
-
-    timeout bounds the whole launch (start-up included); pg_timeout is the
-    process group timeout given to init_process_group; grace is how long the
-    other ranks may keep running after one rank failed."""
+    Keyword arguments: see _launch."""
     if os.environ.get(_WORKER_ENV):
         # A worker that imports a module which launches at import time would
         # otherwise start workers of its own, and so on.
         raise RuntimeError("harness.launch called inside a worker process")
     workdir = tempfile.mkdtemp(prefix="gohccl-test-")
+    try:
+        return _launch(workdir, fn, world_size, backend, args, **kwargs)
+    finally:
+        _rmtree(workdir)
+
+
+def _launch(workdir: str, fn: Callable, world_size: int, backend: str, args: tuple, *,
+           timeout: float = 100.0, pg_timeout: float = 40.0, init: bool = True,
+           destroy: bool = True, init_method: str = "file", env: dict | None = None,
+           grace: float = 3.0) -> list[Any]:
+    """timeout bounds the whole launch (start-up included); pg_timeout is the
+    process group timeout given to init_process_group; grace is how long the
+    other ranks may keep running after one rank failed."""
     child_env = dict(os.environ)
     child_env.update({
         _WORKER_ENV: "1",
@@ -675,7 +682,6 @@ def launch(fn: Callable, world_size: int, backend: str, args: tuple = (), *,
             f"----- rank {rank}/{world_size} ({fate}) -----\n"
             f"{payload.get('traceback', '')}\n"
             f"----- rank {rank} output tail -----\n{_tail(logs[rank])}")
-    _rmtree(workdir)
     if problems:
         head = (f"{fn.__qualname__} on backend {backend!r}, world {world_size}: "
                 + (f"deadline of {timeout:.0f}s passed" if timed_out else "a rank failed")
