@@ -136,8 +136,11 @@ func TestPeerCloseFailsWaiters(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	id := testIdentity()
-	var peer *net.TCPConn
-	go func() { peer, _ = Dial(ln.Addr(), id, 1, 0, time.Now().Add(5*time.Second)) }()
+	dialed := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := Dial(ln.Addr(), id, 1, 0, time.Now().Add(5*time.Second))
+		dialed <- c
+	}()
 	got, err := ln.AcceptPeers(id, 0, []int{1}, time.Now().Add(5*time.Second), func(string, ...any) {})
 	require.NoError(t, err)
 	m := transport.NewMatcher(0, 2)
@@ -147,9 +150,8 @@ func TestPeerCloseFailsWaiters(t *testing.T) {
 	r = transport.Recv{Peer: 1, Want: transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindBarrier}}}
 	m.Post(&r)
 	start := time.Now()
-	for peer == nil {
-		time.Sleep(time.Millisecond)
-	}
+	peer := <-dialed
+	require.NotNil(t, peer)
 	peer.Close()
 	err = m.Wait(&r, time.Now().Add(10*time.Second))
 	require.ErrorIs(t, err, transport.ErrPeerLost)
