@@ -1,0 +1,238 @@
+"""The key collectives under every forced algorithm (GOHCCL_ALGO): ring, tree,
+dtree and rhd at worlds 3 and 4, and the hierarchical forms with
+GOHCCL_RANKS_PER_NODE=2 at world 4.
+
+One launch per world runs every algorithm: GOHCCL_* variables are read (with
+C getenv) when a process group is created, so the worker sets them in
+os.environ and builds one dist.new_group over all ranks per algorithm. A
+malformed GOHCCL_ALGO must fail that creation, which shows the setting
+reaches the backend. GOHCCL_BUFFSIZE=256K makes the large cases stream in
+several 64 KiB segments. Results are compared with a numpy reference
+computed here from every rank's regenerated input, and bitwise across ranks.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from harness import (
+    CaseError, assert_equal_exact, assert_same_on_all_ranks, attempt, bits_of_values,
+    case_results, check_dtype_shape, check_reduction, gen_tensor, gen_values, launch_cached,
+    pack, reduce_op,
+)
+
+SEED = 2468
+SWEEP_TIMEOUT = 150  # harness deadline of one launch (s)
+FLAT = ["ring", "tree", "dtree", "rhd"]
+HIER = ["level0:ring;level1:tree", "level0:ring;level1:rhd"]
+WORLDS = [3, 4]
+LAUNCH_ENV = {"GOHCCL_BUFFSIZE": "256K"}
+
+AR_CASES = (
+    [("float32", op, n) for op in ("SUM", "MAX", "PRODUCT") for n in (0, 1, 7, 1023, 100_003)]
+    + [("float64", "SUM", n) for n in (1, 13, 40_001)]
+    + [("bfloat16", "SUM", n) for n in (1, 1023)]
+    + [("int32", op, n) for op in ("SUM", "MIN", "BXOR") for n in (1, 7, 30_001)]
+    + [("int64", "SUM", n) for n in (0, 5, 1023)]
+)
+MOVE_SIZES = (1, 7, 1023, 60_001)
+
+
+def configs(world):
+    """configs lists (name, env) of every algorithm run at world."""
+    out = [(a, {"GOHCCL_ALGO": a}) for a in FLAT]
+    if world == 4:
+        out += [(h, {"GOHCCL_ALGO": h, "GOHCCL_RANKS_PER_NODE": "2"}) for h in HIER]
+    return out
+
+
+def crc(key):
+    return zlib.crc32(key.encode())
+
+
+def kind_for(op):
+    return {"PRODUCT": "product"}.get(op, "any")
+
+
+def input_bits(rank, dtype, n, key, kind="any"):
+    return bits_of_values(gen_values(SEED, rank, dtype, (n,), kind, crc(key)), dtype)
+
+
+# ----------------------------------------------------------------- workers
+
+def _all_reduce(ctx, g, dtype, op, n, key):
+    import torch.distributed as dist
+    t = gen_tensor(SEED, ctx.rank, dtype, (n,), kind_for(op), crc(key))
+    dist.all_reduce(t, op=reduce_op(op), group=g)
+    return ctx.pack(t)
+
+
+def _broadcast(ctx, g, n, root, key):
+    import torch.distributed as dist
+    t = gen_tensor(SEED, ctx.rank, "float32", (n,), "any", crc(key))
+    dist.broadcast(t, src=root, group=g)
+    return ctx.pack(t)
+
+
+def _reduce(ctx, g, n, root, key):
+    import torch.distributed as dist
+    t = gen_tensor(SEED, ctx.rank, "int64", (n,), "any", crc(key))
+    dist.reduce(t, dst=root, group=g)
+    return pack(t, keep=(ctx.rank == root))
+
+
+def _all_gather(ctx, g, n, key):
+    import torch
+    import torch.distributed as dist
+    t = gen_tensor(SEED, ctx.rank, "float32", (n,), "any", crc(key))
+    out = torch.full((ctx.world_size * n,), -7.0)
+    dist.all_gather_into_tensor(out, t, group=g)
+    return ctx.pack(out)
+
+
+def _reduce_scatter(ctx, g, n, key):
+    import torch
+    import torch.distributed as dist
+    t = gen_tensor(SEED, ctx.rank, "int32", (ctx.world_size * n,), "any", crc(key))
+    out = torch.full((n,), -7, dtype=torch.int32)
+    dist.reduce_scatter_tensor(out, t, group=g)
+    return pack(out, keep=True)
+
+
+def _bad_algo_refused(ctx):
+    import os
+    import torch.distributed as dist
+    os.environ["GOHCCL_ALGO"] = "no-such-algorithm"
+    try:
+        dist.new_group(list(range(ctx.world_size)))
+    except Exception as exc:  # noqa: BLE001 - the refusal is the result
+        return {"raised": f"{type(exc).__name__}: {exc}"}
+    finally:
+        os.environ.pop("GOHCCL_ALGO", None)
+    return {"raised": None}
+
+
+def algorithms_sweep(ctx):
+    import os
+    import torch.distributed as dist
+    out = {}
+    for name, env in configs(ctx.world_size):
+        os.environ.update(env)
+        try:
+            g = dist.new_group(list(range(ctx.world_size)))
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
+        for dtype, op, n in AR_CASES:
+            key = f"{name}/ar/{dtype}/{op}/{n}"
+            out[key] = attempt(_all_reduce, ctx, g, dtype, op, n, key)
+        for n in MOVE_SIZES:
+            for root in (0, ctx.world_size - 1):
+                key = f"{name}/bcast/{n}/root{root}"
+                out[key] = attempt(_broadcast, ctx, g, n, root, key)
+            key = f"{name}/reduce/{n}/root1"
+            out[key] = attempt(_reduce, ctx, g, n, 1, key)
+            key = f"{name}/ag/{n}"
+            out[key] = attempt(_all_gather, ctx, g, n, key)
+            key = f"{name}/rs/{n}"
+            out[key] = attempt(_reduce_scatter, ctx, g, n, key)
+        dist.barrier(group=g)
+    out["bad_algo"] = _bad_algo_refused(ctx)
+    return out
+
+
+# ------------------------------------------------------------------- tests
+
+def sweep(backend, world):
+    if backend != "gohccl":
+        pytest.skip("GOHCCL_ALGO configures gohccl only")
+    return launch_cached("algorithms", algorithms_sweep, world, backend,
+                         timeout=SWEEP_TIMEOUT, env=LAUNCH_ENV)
+
+
+def params():
+    return [pytest.param(w, name, id=f"world{w}-{name}") for w in WORLDS for name, _ in configs(w)]
+
+
+def collect(check):
+    """collect runs every check and fails once, listing each failed case."""
+    failures = []
+    for what, fn in check:
+        try:
+            fn()
+        except AssertionError as exc:
+            failures.append(f"{what}: {str(exc).splitlines()[0]}")
+    assert not failures, f"{len(failures)} cases failed:\n" + "\n".join(failures[:25])
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT + 30)
+@pytest.mark.parametrize("world,algo", params())
+def test_all_reduce(backend, world, algo):
+    res = sweep(backend, world)
+    checks = []
+    for dtype, op, n in AR_CASES:
+        key = f"{algo}/ar/{dtype}/{op}/{n}"
+
+        def one(key=key, dtype=dtype, op=op, n=n):
+            packs = case_results(res, key, key)
+            for p in packs:
+                check_dtype_shape(p, dtype, (n,), key)
+            assert_same_on_all_ranks(packs, key)
+            inputs = [gen_values(SEED, r, dtype, (n,), kind_for(op), crc(key)) for r in range(world)]
+            check_reduction(packs[0], inputs, dtype, op, world, key)
+        checks.append((key, one))
+    collect(checks)
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT + 30)
+@pytest.mark.parametrize("world,algo", params())
+def test_movement(backend, world, algo):
+    """broadcast, reduce, all_gather and reduce_scatter under the algorithm."""
+    res = sweep(backend, world)
+    checks = []
+    for n in MOVE_SIZES:
+        for root in (0, world - 1):
+            key = f"{algo}/bcast/{n}/root{root}"
+
+            def bcast(key=key, n=n, root=root):
+                packs = case_results(res, key, key)
+                assert_same_on_all_ranks(packs, key)
+                assert_equal_exact(packs[0], input_bits(root, "float32", n, key), key)
+            checks.append((key, bcast))
+        key = f"{algo}/reduce/{n}/root1"
+
+        def red(key=key, n=n):
+            p = case_results(res, key, key)[1]
+            inputs = [gen_values(SEED, r, "int64", (n,), "any", crc(key)) for r in range(world)]
+            check_reduction(p, inputs, "int64", "SUM", world, key)
+        checks.append((key, red))
+        key = f"{algo}/ag/{n}"
+
+        def ag(key=key, n=n):
+            packs = case_results(res, key, key)
+            assert_same_on_all_ranks(packs, key)
+            want = np.concatenate([input_bits(r, "float32", n, key) for r in range(world)])
+            assert_equal_exact(packs[0], want, key)
+        checks.append((key, ag))
+        key = f"{algo}/rs/{n}"
+
+        def rs(key=key, n=n):
+            for r, p in enumerate(case_results(res, key, key)):
+                inputs = [gen_values(SEED, i, "int32", (world * n,), "any", crc(key))[r * n:(r + 1) * n]
+                          for i in range(world)]
+                check_reduction(p, inputs, "int32", "SUM", world, f"{key} rank {r}")
+        checks.append((key, rs))
+    collect(checks)
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT + 30)
+@pytest.mark.parametrize("world", WORLDS)
+def test_malformed_algo_refused(backend, world):
+    """A malformed GOHCCL_ALGO fails group creation: the setting reaches the
+    backend at creation, so the forced runs above really are forced."""
+    res = sweep(backend, world)
+    for rank, r in enumerate(res):
+        raised = r["bad_algo"]["raised"]
+        if not raised or "GOHCCL_ALGO" not in raised:
+            raise CaseError(f"rank {rank}: new_group with GOHCCL_ALGO=no-such-algorithm gave {raised!r}")
