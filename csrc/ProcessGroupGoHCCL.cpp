@@ -248,7 +248,7 @@ void checkLike(
       role,
       " has dtype ",
       t.scalar_type(),
-      " but the input has dtype ",
+      ", expected ",
       ref.scalar_type());
   TORCH_CHECK_VALUE(
       t.numel() == n,
@@ -299,6 +299,71 @@ at::Tensor& onlyTensor(
       " per call (one tensor per process), got ",
       ts.size());
   return ts[0];
+}
+
+// rankList checks that lists is one list of size tensors, each like ref
+// with ref's element count, and returns that list.
+std::vector<at::Tensor> rankList(
+    const std::vector<std::vector<at::Tensor>>& lists,
+    const at::Tensor& ref,
+    int size,
+    const char* op,
+    const char* role) {
+  TORCH_CHECK_VALUE(
+      lists.size() == 1 && static_cast<int>(lists[0].size()) == size,
+      "gohccl ",
+      op,
+      " needs one ",
+      role,
+      " list of ",
+      size,
+      " tensors (one per rank), got ",
+      lists.size() == 1 ? c10::str(lists[0].size(), " tensors")
+                        : c10::str(lists.size(), " lists"));
+  for (int i = 0; i < size; ++i) {
+    checkLike(lists[0][i], ref, ref.numel(), op, c10::str(role, " ", i));
+  }
+  return lists[0];
+}
+
+// checkNoList checks that a rank other than the root was given no list.
+void checkNoList(
+    const std::vector<std::vector<at::Tensor>>& lists,
+    int root,
+    int rank,
+    const char* op,
+    const char* role) {
+  TORCH_CHECK_VALUE(
+      lists.empty() || (lists.size() == 1 && lists[0].empty()),
+      "gohccl ",
+      op,
+      ": only the root (rank ",
+      root,
+      ") takes ",
+      role,
+      " tensors; rank ",
+      rank,
+      " was given some");
+}
+
+// blockOffsets are the offsets of size blocks of n elements, back to back.
+std::vector<int64_t> blockOffsets(int size, int64_t n) {
+  std::vector<int64_t> offsets(size);
+  for (int i = 0; i < size; ++i) {
+    offsets[i] = i * n;
+  }
+  return offsets;
+}
+
+// checkRootTensor: with one tensor per process, the root's is tensor 0.
+void checkRootTensor(int64_t rootTensor, const char* op) {
+  TORCH_CHECK_VALUE(
+      rootTensor == 0,
+      "gohccl ",
+      op,
+      ": root tensor ",
+      rootTensor,
+      " given, but there is one tensor per process");
 }
 
 // isDirect says libgohccl can use t's memory as it is.
@@ -964,13 +1029,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::broadcast(
   at::Tensor t = onlyTensor(tensors, kOp, "tensor");
   checkTensor(t, kOp, "tensor");
   checkRoot(opts.rootRank, kOp);
-  TORCH_CHECK_VALUE(
-      opts.rootTensor == 0,
-      "gohccl ",
-      kOp,
-      ": root tensor ",
-      opts.rootTensor,
-      " given, but there is one tensor per process");
+  checkRootTensor(opts.rootTensor, kOp);
   const int64_t ms = timeoutMs(opts.timeout);
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == rank_;
@@ -1001,13 +1060,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce(
   at::Tensor t = onlyTensor(tensors, kOp, "tensor");
   checkTensor(t, kOp, "tensor");
   checkRoot(opts.rootRank, kOp);
-  TORCH_CHECK_VALUE(
-      opts.rootTensor == 0,
-      "gohccl ",
-      kOp,
-      ": root tensor ",
-      opts.rootTensor,
-      " given, but there is one tensor per process");
+  checkRootTensor(opts.rootTensor, kOp);
   const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), kOp);
   const int64_t ms = timeoutMs(opts.timeout);
   const int root = static_cast<int>(opts.rootRank);
@@ -1040,25 +1093,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather(
   constexpr const char* kOp = "allgather";
   at::Tensor in = onlyTensor(inputs, kOp, "input");
   checkTensor(in, kOp, "input");
-  TORCH_CHECK_VALUE(
-      outputs.size() == 1,
-      "gohccl ",
-      kOp,
-      " takes exactly one output list per call, got ",
-      outputs.size());
-  const std::vector<at::Tensor> outs = outputs[0];
-  TORCH_CHECK_VALUE(
-      static_cast<int>(outs.size()) == size_,
-      "gohccl ",
-      kOp,
-      ": the output list has ",
-      outs.size(),
-      " tensors, expected one per rank (",
-      size_,
-      ")");
-  for (int i = 0; i < size_; ++i) {
-    checkLike(outs[i], in, in.numel(), kOp, c10::str("output ", i));
-  }
+  const std::vector<at::Tensor> outs = rankList(outputs, in, size_, kOp, "output");
   const int64_t ms = timeoutMs(opts.timeout);
   const int size = size_;
   return enqueue(
@@ -1076,11 +1111,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather(
           return gohccl_allgather(
               comm, src.data_ptr(), flat.data_ptr(), countOf(src), goDtype(src), ms, e, len);
         });
-        std::vector<int64_t> offsets(size);
-        for (int i = 0; i < size; ++i) {
-          offsets[i] = i * n;
-        }
-        unpack(flat, 0, outs, offsets);
+        unpack(flat, 0, outs, blockOffsets(size, n));
         return -1;
       });
 }
@@ -1247,29 +1278,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather(
   const bool isRoot = root == rank_;
   std::vector<at::Tensor> outs;
   if (isRoot) {
-    TORCH_CHECK_VALUE(
-        outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-        "gohccl ",
-        kOp,
-        ": the root needs one output list of ",
-        size_,
-        " tensors, got ",
-        outputs.size() == 1 ? c10::str(outputs[0].size(), " tensors")
-                            : c10::str(outputs.size(), " lists"));
-    outs = outputs[0];
-    for (int i = 0; i < size_; ++i) {
-      checkLike(outs[i], in, in.numel(), kOp, c10::str("output ", i));
-    }
+    outs = rankList(outputs, in, size_, kOp, "output");
   } else {
-    TORCH_CHECK_VALUE(
-        outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-        "gohccl ",
-        kOp,
-        ": only the root (rank ",
-        root,
-        ") takes output tensors; rank ",
-        rank_,
-        " was given some");
+    checkNoList(outputs, root, rank_, kOp, "output");
   }
   const int64_t ms = timeoutMs(opts.timeout);
   const int size = size_;
@@ -1297,11 +1308,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather(
               len);
         });
         if (isRoot) {
-          std::vector<int64_t> offsets(size);
-          for (int i = 0; i < size; ++i) {
-            offsets[i] = i * n;
-          }
-          unpack(flat, 0, outs, offsets);
+          unpack(flat, 0, outs, blockOffsets(size, n));
         }
         return -1;
       });
@@ -1365,29 +1372,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::scatter(
   const bool isRoot = root == rank_;
   std::vector<at::Tensor> ins;
   if (isRoot) {
-    TORCH_CHECK_VALUE(
-        inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-        "gohccl ",
-        kOp,
-        ": the root needs one input list of ",
-        size_,
-        " tensors, got ",
-        inputs.size() == 1 ? c10::str(inputs[0].size(), " tensors")
-                           : c10::str(inputs.size(), " lists"));
-    ins = inputs[0];
-    for (int i = 0; i < size_; ++i) {
-      checkLike(ins[i], out, out.numel(), kOp, c10::str("input ", i));
-    }
+    ins = rankList(inputs, out, size_, kOp, "input");
   } else {
-    TORCH_CHECK_VALUE(
-        inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-        "gohccl ",
-        kOp,
-        ": only the root (rank ",
-        root,
-        ") takes input tensors; rank ",
-        rank_,
-        " was given some");
+    checkNoList(inputs, root, rank_, kOp, "input");
   }
   const int64_t ms = timeoutMs(opts.timeout);
   const int size = size_;
@@ -1403,11 +1390,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::scatter(
         at::Tensor flat;
         if (isRoot) {
           flat = flatLike(out, n * size);
-          std::vector<int64_t> offsets(size);
-          for (int i = 0; i < size; ++i) {
-            offsets[i] = i * n;
-          }
-          pack(flat, 0, ins, offsets);
+          pack(flat, 0, ins, blockOffsets(size, n));
         }
         at::Tensor dst = scratchFor(out);
         goCall([&](char* e, size_t len) {
@@ -1434,19 +1417,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter(
   constexpr const char* kOp = "reduce_scatter";
   at::Tensor out = onlyTensor(outputs, kOp, "output");
   checkTensor(out, kOp, "output");
-  TORCH_CHECK_VALUE(
-      inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-      "gohccl ",
-      kOp,
-      ": needs one input list of ",
-      size_,
-      " tensors, got ",
-      inputs.size() == 1 ? c10::str(inputs[0].size(), " tensors")
-                         : c10::str(inputs.size(), " lists"));
-  const std::vector<at::Tensor> ins = inputs[0];
-  for (int i = 0; i < size_; ++i) {
-    checkLike(ins[i], out, out.numel(), kOp, c10::str("input ", i));
-  }
+  const std::vector<at::Tensor> ins = rankList(inputs, out, size_, kOp, "input");
   const Reduction red = reductionOf(opts.reduceOp, out.scalar_type(), kOp);
   const int64_t ms = timeoutMs(opts.timeout);
   const int size = size_;
@@ -1460,11 +1431,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter(
       [comm = comm_, out, ins, red, size, ms]() {
         const int64_t n = out.numel();
         at::Tensor flat = flatLike(out, n * size);
-        std::vector<int64_t> offsets(size);
-        for (int i = 0; i < size; ++i) {
-          offsets[i] = i * n;
-        }
-        pack(flat, 0, ins, offsets);
+        pack(flat, 0, ins, blockOffsets(size, n));
         red.scaleInPlace(flat);
         at::Tensor dst = scratchFor(out);
         goCall([&](char* e, size_t len) {
@@ -1602,6 +1569,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_to_all_single(
       input.scalar_type(),
       " but output has dtype ",
       output.scalar_type());
+  // With equal splits on both sides, every rank sends what it receives.
+  TORCH_CHECK_VALUE(
+      !(inputSplitSizes.empty() && outputSplitSizes.empty()) ||
+          input.numel() == output.numel(),
+      "gohccl ",
+      kOp,
+      ": without split sizes the input and output must have the same number "
+      "of elements, got ",
+      input.numel(),
+      " and ",
+      output.numel());
   std::vector<uint64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
   splitCounts(input, inputSplitSizes, size_, kOp, "input", &sendCounts, &sendOffsets);
   splitCounts(output, outputSplitSizes, size_, kOp, "output", &recvCounts, &recvOffsets);
