@@ -12,7 +12,10 @@
 //                deadlocking against the same pattern on the peer.
 //   receives     posted with gohccl_recv_post on the caller's thread at issue
 //                time (matching follows issue order); a completion thread
-//                waits for them in order with gohccl_recv_wait.
+//                waits for them in order with gohccl_recv_wait, unless a
+//                wait() on one comes first and waits for it on its own thread
+//                (so waiting for a later receive never queues behind an
+//                earlier one whose sender has not sent yet).
 //
 // A synchronous collective (async_op=False) finds its queue idle most of the
 // time; it then runs on the caller's thread, which would only wait anyway,
