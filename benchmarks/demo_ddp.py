@@ -49,9 +49,9 @@ def train(steps):
     ddp = nn.parallel.DistributedDataParallel(model)
     hook = CommTimer()
     ddp.register_comm_hook(hook, timed_allreduce)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.02)
     gen = torch.Generator().manual_seed(1234 + dist.get_rank())  # each rank its own shard
-    w_true = torch.randn(64, 1, generator=torch.Generator().manual_seed(7))
+    w_true = torch.randn(64, 1, generator=torch.Generator().manual_seed(7)) / 8  # unit-variance targets
     log(f"training a {sum(p.numel() for p in model.parameters())}-parameter MLP with DDP on "
         f"{dist.get_world_size()} ranks over {dist.get_backend()}")
     for step in range(steps):

@@ -22,8 +22,9 @@
  *  - Functions on one communicator may be called from several threads, but
  *    collectives must be issued in the same order on every rank and not
  *    concurrently with each other; send/recv may overlap collectives.
- *  - After any failure the communicator is broken: later calls fail at once
- *    with the first error (GOHCCL_ERR_BROKEN), except destroy.
+ *  - After any failure other than GOHCCL_ERR_INVALID (which is refused
+ *    before anything is sent) the communicator is broken: later calls fail
+ *    at once with the first error (GOHCCL_ERR_BROKEN), except destroy.
  */
 #ifndef GOHCCL_H
 #define GOHCCL_H

@@ -19,5 +19,5 @@ var (
 	ErrProtocol = errors.New("protocol violation")
 	// ErrSize: a point-to-point message's size or type differs from the
 	// posted receive's.
-	ErrSize = errors.New("message size mismatch")
+	ErrSize = errors.New("message size or type mismatch")
 )
