@@ -46,8 +46,8 @@ py-test: $(BUILT)
 	$(PY) -m pytest tests -q
 
 capi-test: $(BUILT)
-	cmake -S . -B build/cmake -G Ninja -DGOHCCL_WITH_TORCH=OFF >/dev/null
-	cmake --build build/cmake
+	cmake -S . -B build/cmake -G Ninja -DGOHCCL_PYTHON=$(CURDIR)/$(PY) >/dev/null
+	cmake --build build/cmake -j 2
 	cd build/cmake && ctest --output-on-failure
 
 test: go-vet go-test capi-test py-test
