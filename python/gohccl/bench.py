@@ -1011,7 +1011,7 @@ def _table_header(labels: list[Label], has_gloo: bool) -> list[str]:
         top += f"{label.name:^{width}}"
         names += "".join(f"  {n:>{w}}" for n, _, w in cols)
         units += "".join(f"  {u:>{w}}" for _, u, w in cols)
-    return [top.rstrip(), names, units]
+    return [top.rstrip(), names.rstrip(), units.rstrip()]
 
 
 def _table_line(rows: list[Row], labels: list[Label], has_gloo: bool) -> str:
