@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
@@ -56,53 +57,6 @@ func noErrs(t *testing.T, errs []error) {
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
-}
-
-// ints is rank r's deterministic test data: small integers, so that sums are
-// exact in any order and comparable with an integer reference.
-func ints(r, count, salt int) []int64 {
-	rng := rand.New(rand.NewPCG(uint64(r), uint64(salt)))
-	v := make([]int64, count)
-	for i := range v {
-		v[i] = rng.Int64N(19) - 9
-	}
-	return v
-}
-
-func enc(dt reduce.DType, v []int64) []byte {
-	b := make([]byte, len(v)*dt.Size())
-	for i, x := range v {
-		switch dt {
-		case reduce.Int32:
-			binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(x)))
-		case reduce.Int64:
-			binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
-		case reduce.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(x)))
-		default:
-			panic("test encodes int32, int64, float32")
-		}
-	}
-	return b
-}
-
-func ref(op reduce.Op, in [][]int64) []int64 {
-	out := append([]int64(nil), in[0]...)
-	for _, v := range in[1:] {
-		for i, x := range v {
-			switch op {
-			case reduce.Sum:
-				out[i] += x
-			case reduce.Max:
-				out[i] = max(out[i], x)
-			case reduce.Min:
-				out[i] = min(out[i], x)
-			case reduce.Product:
-				out[i] *= x
-			}
-		}
-	}
-	return out
 }
 
 // blocked returns the hierarchy of rank r when each k consecutive ranks of n
@@ -179,18 +133,18 @@ func TestAllReduceAlgorithms(t *testing.T) {
 						in := make([][]int64, n)
 						bufs := make([][]byte, n)
 						for r := range in {
-							in[r] = ints(r, count, n)
+							in[r] = reftest.Ints(r, count, n)
 							if op == reduce.Product {
 								for i := range in[r] {
 									in[r][i] = in[r][i]%2 + 1 // 0..2, keeps products small
 								}
 							}
-							bufs[r] = enc(reduce.Int32, in[r])
+							bufs[r] = reftest.Encode(reduce.Int32, in[r])
 						}
 						noErrs(t, runRanks(newOps(t, n, reduce.Int32, op, 1), func(o *Op) error {
 							return c.run(o, bufs[o.Rank()], count)
 						}))
-						want := enc(reduce.Int32, ref(op, in))
+						want := reftest.Encode(reduce.Int32, reftest.Reduce(op, in))
 						for r := range bufs {
 							require.Equal(t, want, bufs[r], "rank %d", r)
 						}
@@ -248,23 +202,23 @@ func TestRootedTrees(t *testing.T) {
 						in := make([][]int64, n)
 						bufs := make([][]byte, n)
 						for r := range in {
-							in[r] = ints(r, count, 5)
-							bufs[r] = enc(reduce.Int64, in[r])
+							in[r] = reftest.Ints(r, count, 5)
+							bufs[r] = reftest.Encode(reduce.Int64, in[r])
 						}
 						noErrs(t, runRanks(newOps(t, n, reduce.Int64, reduce.Sum, 1), func(o *Op) error {
 							return c.bcast(o, bufs[o.Rank()], root)
 						}))
 						for r := range bufs {
-							require.Equal(t, enc(reduce.Int64, in[root]), bufs[r], "broadcast rank %d", r)
-							bufs[r] = enc(reduce.Int64, in[r])
+							require.Equal(t, reftest.Encode(reduce.Int64, in[root]), bufs[r], "broadcast rank %d", r)
+							bufs[r] = reftest.Encode(reduce.Int64, in[r])
 						}
 						noErrs(t, runRanks(newOps(t, n, reduce.Int64, reduce.Sum, 2), func(o *Op) error {
 							return c.reduce(o, bufs[o.Rank()], root)
 						}))
-						require.Equal(t, enc(reduce.Int64, ref(reduce.Sum, in)), bufs[root], "reduce at root")
+						require.Equal(t, reftest.Encode(reduce.Int64, reftest.Reduce(reduce.Sum, in)), bufs[root], "reduce at root")
 						for r := range bufs {
 							if r != root {
-								require.Equal(t, enc(reduce.Int64, in[r]), bufs[r], "reduce modified rank %d", r)
+								require.Equal(t, reftest.Encode(reduce.Int64, in[r]), bufs[r], "reduce modified rank %d", r)
 							}
 						}
 					})
@@ -281,7 +235,7 @@ func TestAllGatherRD(t *testing.T) {
 			outs := make([][]byte, n)
 			want := []byte{}
 			for r := range ins {
-				ins[r] = enc(reduce.Int32, ints(r, count, 7))
+				ins[r] = reftest.Encode(reduce.Int32, reftest.Ints(r, count, 7))
 				outs[r] = make([]byte, n*len(ins[r]))
 				want = append(want, ins[r]...)
 			}

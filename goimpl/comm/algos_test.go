@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
 )
@@ -51,15 +52,15 @@ func TestForcedAlgorithms(t *testing.T) {
 				inputs := make([][]int64, n)
 				bufs := make([][]byte, n)
 				for r := range bufs {
-					inputs[r] = input(r, count, 21)
-					bufs[r] = encode(reduce.Int32, inputs[r])
+					inputs[r] = reftest.Ints(r, count, 21)
+					bufs[r] = reftest.Encode(reduce.Int32, inputs[r])
 				}
 				noErrors(t, worldWith(t, n, cfg, func(c *Comm) error {
 					return c.AllReduce(bufs[c.Rank()], count, reduce.Int32, reduce.Sum, 0)
 				}))
 				for r := range bufs {
-					require.Equal(t, encode(reduce.Int32, refReduce(reduce.Sum, inputs)), bufs[r], "allreduce rank %d", r)
-					bufs[r] = encode(reduce.Int32, inputs[r])
+					require.Equal(t, reftest.Encode(reduce.Int32, reftest.Reduce(reduce.Sum, inputs)), bufs[r], "allreduce rank %d", r)
+					bufs[r] = reftest.Encode(reduce.Int32, inputs[r])
 				}
 				root := n - 1
 				noErrors(t, worldWith(t, n, cfg, func(c *Comm) error {
@@ -69,12 +70,12 @@ func TestForcedAlgorithms(t *testing.T) {
 					return c.Broadcast(bufs[c.Rank()], count, reduce.Int32, root, 0)
 				}))
 				for r := range bufs {
-					require.Equal(t, encode(reduce.Int32, refReduce(reduce.Max, inputs)), bufs[r], "reduce+broadcast rank %d", r)
+					require.Equal(t, reftest.Encode(reduce.Int32, reftest.Reduce(reduce.Max, inputs)), bufs[r], "reduce+broadcast rank %d", r)
 				}
 				outs := make([][]byte, n)
 				var want []byte
 				for r := range outs {
-					bufs[r] = encode(reduce.Int32, inputs[r][:777])
+					bufs[r] = reftest.Encode(reduce.Int32, inputs[r][:777])
 					outs[r] = make([]byte, n*len(bufs[r]))
 					want = append(want, bufs[r]...)
 				}
@@ -118,13 +119,13 @@ func TestTopologyFromHosts(t *testing.T) {
 	inputs := make([][]int64, n)
 	bufs := make([][]byte, n)
 	for r := range bufs {
-		inputs[r] = input(r, count, 23)
-		bufs[r] = encode(reduce.Int64, inputs[r])
+		inputs[r] = reftest.Ints(r, count, 23)
+		bufs[r] = reftest.Encode(reduce.Int64, inputs[r])
 	}
 	noErrors(t, runAll(comms, func(c *Comm) error {
 		return c.AllReduce(bufs[c.Rank()], count, reduce.Int64, reduce.Sum, 0)
 	}))
 	for r := range bufs {
-		require.Equal(t, encode(reduce.Int64, refReduce(reduce.Sum, inputs)), bufs[r])
+		require.Equal(t, reftest.Encode(reduce.Int64, reftest.Reduce(reduce.Sum, inputs)), bufs[r])
 	}
 }

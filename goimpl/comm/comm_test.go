@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport"
@@ -68,57 +69,6 @@ func noErrors(t *testing.T, errs []error) {
 	}
 }
 
-// input is rank r's deterministic test data: small integers, so that float
-// sums are exact in any order and comparable with an integer reference.
-func input(r, count, salt int) []int64 {
-	rng := rand.New(rand.NewPCG(uint64(r), uint64(salt)))
-	v := make([]int64, count)
-	for i := range v {
-		v[i] = rng.Int64N(19) - 9
-	}
-	return v
-}
-
-func encode(dt reduce.DType, v []int64) []byte {
-	b := make([]byte, len(v)*dt.Size())
-	for i, x := range v {
-		switch dt {
-		case reduce.Int32:
-			binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(x)))
-		case reduce.Int64:
-			binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
-		case reduce.Float32:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(x)))
-		case reduce.Float64:
-			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(x)))
-		default:
-			panic("test encodes int32, int64, float32, float64")
-		}
-	}
-	return b
-}
-
-// refReduce combines the ranks' inputs elementwise, independently of the
-// library's kernels.
-func refReduce(op reduce.Op, inputs [][]int64) []int64 {
-	out := append([]int64(nil), inputs[0]...)
-	for _, in := range inputs[1:] {
-		for i, x := range in {
-			switch op {
-			case reduce.Sum:
-				out[i] += x
-			case reduce.Max:
-				out[i] = max(out[i], x)
-			case reduce.Min:
-				out[i] = min(out[i], x)
-			default:
-				panic("unsupported op in test")
-			}
-		}
-	}
-	return out
-}
-
 var worldSizes = []int{1, 2, 3, 4, 5, 7, 8, 13, 16}
 
 func countsFor(n int) []int {
@@ -134,13 +84,13 @@ func TestAllReduce(t *testing.T) {
 						inputs := make([][]int64, n)
 						bufs := make([][]byte, n)
 						for r := range inputs {
-							inputs[r] = input(r, count, 1)
-							bufs[r] = encode(dt, inputs[r])
+							inputs[r] = reftest.Ints(r, count, 1)
+							bufs[r] = reftest.Encode(dt, inputs[r])
 						}
 						noErrors(t, world(t, n, func(c *Comm) error {
 							return c.AllReduce(bufs[c.Rank()], count, dt, op, 0)
 						}))
-						want := encode(dt, refReduce(op, inputs))
+						want := reftest.Encode(dt, reftest.Reduce(op, inputs))
 						for r := range bufs {
 							require.Equal(t, want, bufs[r], "rank %d", r)
 						}
@@ -178,13 +128,13 @@ func TestAllReduceAvg(t *testing.T) {
 	bufs := make([][]byte, n)
 	inputs := make([][]int64, n)
 	for r := range bufs {
-		inputs[r] = input(r, count, 3)
-		bufs[r] = encode(reduce.Float64, inputs[r])
+		inputs[r] = reftest.Ints(r, count, 3)
+		bufs[r] = reftest.Encode(reduce.Float64, inputs[r])
 	}
 	noErrors(t, world(t, n, func(c *Comm) error {
 		return c.AllReduce(bufs[c.Rank()], count, reduce.Float64, reduce.Avg, 0)
 	}))
-	sum := refReduce(reduce.Sum, inputs)
+	sum := reftest.Reduce(reduce.Sum, inputs)
 	for i := 0; i < count; i++ {
 		got := math.Float64frombits(binary.LittleEndian.Uint64(bufs[2][8*i:]))
 		assert.Equal(t, float64(sum[i])/float64(n), got)
@@ -199,27 +149,27 @@ func TestBroadcastAndReduce(t *testing.T) {
 					inputs := make([][]int64, n)
 					bufs := make([][]byte, n)
 					for r := range bufs {
-						inputs[r] = input(r, count, 5)
-						bufs[r] = encode(reduce.Int32, inputs[r])
+						inputs[r] = reftest.Ints(r, count, 5)
+						bufs[r] = reftest.Encode(reduce.Int32, inputs[r])
 					}
 					noErrors(t, world(t, n, func(c *Comm) error {
 						return c.Broadcast(bufs[c.Rank()], count, reduce.Int32, root, 0)
 					}))
-					want := encode(reduce.Int32, inputs[root])
+					want := reftest.Encode(reduce.Int32, inputs[root])
 					for r := range bufs {
 						require.Equal(t, want, bufs[r], "broadcast rank %d", r)
 					}
 
 					for r := range bufs {
-						bufs[r] = encode(reduce.Int32, inputs[r])
+						bufs[r] = reftest.Encode(reduce.Int32, inputs[r])
 					}
 					noErrors(t, world(t, n, func(c *Comm) error {
 						return c.Reduce(bufs[c.Rank()], count, reduce.Int32, reduce.Sum, root, 0)
 					}))
-					require.Equal(t, encode(reduce.Int32, refReduce(reduce.Sum, inputs)), bufs[root], "reduce at root")
+					require.Equal(t, reftest.Encode(reduce.Int32, reftest.Reduce(reduce.Sum, inputs)), bufs[root], "reduce at root")
 					for r := range bufs {
 						if r != root {
-							require.Equal(t, encode(reduce.Int32, inputs[r]), bufs[r], "non-root %d modified", r)
+							require.Equal(t, reftest.Encode(reduce.Int32, inputs[r]), bufs[r], "non-root %d modified", r)
 						}
 					}
 				})
@@ -236,7 +186,7 @@ func TestAllGatherReduceScatter(t *testing.T) {
 				outs := make([][]byte, n)
 				want := []byte{}
 				for r := range ins {
-					ins[r] = encode(reduce.Int64, input(r, count, 9))
+					ins[r] = reftest.Encode(reduce.Int64, reftest.Ints(r, count, 9))
 					outs[r] = make([]byte, n*len(ins[r]))
 					want = append(want, ins[r]...)
 				}
@@ -249,17 +199,17 @@ func TestAllGatherReduceScatter(t *testing.T) {
 
 				inputs := make([][]int64, n)
 				for r := range ins {
-					inputs[r] = input(r, n*count, 11)
-					ins[r] = encode(reduce.Int64, inputs[r])
+					inputs[r] = reftest.Ints(r, n*count, 11)
+					ins[r] = reftest.Encode(reduce.Int64, inputs[r])
 					outs[r] = make([]byte, 8*count)
 				}
 				noErrors(t, world(t, n, func(c *Comm) error {
 					return c.ReduceScatter(ins[c.Rank()], outs[c.Rank()], count, reduce.Int64, reduce.Sum, 0)
 				}))
-				full := encode(reduce.Int64, refReduce(reduce.Sum, inputs))
+				full := reftest.Encode(reduce.Int64, reftest.Reduce(reduce.Sum, inputs))
 				for r := range outs {
 					require.Equal(t, full[r*8*count:(r+1)*8*count], outs[r], "reduce_scatter rank %d", r)
-					require.Equal(t, encode(reduce.Int64, inputs[r]), ins[r], "reduce_scatter modified input of rank %d", r)
+					require.Equal(t, reftest.Encode(reduce.Int64, inputs[r]), ins[r], "reduce_scatter modified input of rank %d", r)
 				}
 			})
 		}
@@ -274,7 +224,7 @@ func TestGatherScatter(t *testing.T) {
 				outs := make([][]byte, n)
 				want := []byte{}
 				for r := range ins {
-					ins[r] = encode(reduce.Int32, input(r, count, 13))
+					ins[r] = reftest.Encode(reduce.Int32, reftest.Ints(r, count, 13))
 					outs[r] = make([]byte, n*len(ins[r]))
 					want = append(want, ins[r]...)
 				}
@@ -314,7 +264,7 @@ func TestAllToAllUneven(t *testing.T) {
 					v = append(v, int64(1000*r+10*d+i))
 				}
 			}
-			ins[r] = encode(reduce.Int64, v)
+			ins[r] = reftest.Encode(reduce.Int64, v)
 		}
 		noErrors(t, world(t, n, func(c *Comm) error {
 			r := c.Rank()
@@ -336,7 +286,7 @@ func TestAllToAllUneven(t *testing.T) {
 					v = append(v, int64(1000*s+10*r+i))
 				}
 			}
-			require.Equal(t, encode(reduce.Int64, v), outs[r], "n=%d rank %d", n, r)
+			require.Equal(t, reftest.Encode(reduce.Int64, v), outs[r], "n=%d rank %d", n, r)
 		}
 	}
 }
@@ -365,7 +315,7 @@ func TestSendRecv(t *testing.T) {
 				continue
 			}
 			for _, tag := range []int64{1, 2} {
-				b := encode(reduce.Int32, []int64{int64(r), int64(p), tag})
+				b := reftest.Encode(reduce.Int32, []int64{int64(r), int64(p), tag})
 				if err := c.Send(p, tag, b, 3, reduce.Int32, 0); err != nil {
 					return err
 				}
@@ -384,7 +334,7 @@ func TestSendRecv(t *testing.T) {
 				if _, err := c.WaitRecv(req, 0); err != nil {
 					return err
 				}
-				if want := encode(reduce.Int32, []int64{int64(p), int64(r), tag}); string(want) != string(got) {
+				if want := reftest.Encode(reduce.Int32, []int64{int64(p), int64(r), tag}); string(want) != string(got) {
 					return fmt.Errorf("rank %d got %v from %d tag %d", r, got, p, tag)
 				}
 			}
@@ -409,7 +359,7 @@ func TestSendRecv(t *testing.T) {
 			}
 			return nil
 		}
-		return c.Send(0, 9, encode(reduce.Int32, []int64{int64(r)}), 1, reduce.Int32, 0)
+		return c.Send(0, 9, reftest.Encode(reduce.Int32, []int64{int64(r)}), 1, reduce.Int32, 0)
 	}))
 }
 
@@ -514,14 +464,14 @@ func TestBootstrapTCP(t *testing.T) {
 		inputs := make([][]int64, n)
 		bufs := make([][]byte, n)
 		for r := range bufs {
-			inputs[r] = input(r, count, 17)
-			bufs[r] = encode(reduce.Int32, inputs[r])
+			inputs[r] = reftest.Ints(r, count, 17)
+			bufs[r] = reftest.Encode(reduce.Int32, inputs[r])
 		}
 		noErrors(t, runAll(comms, func(c *Comm) error {
 			return c.AllReduce(bufs[c.Rank()], count, reduce.Int32, reduce.Sum, 0)
 		}))
 		for r := range bufs {
-			require.Equal(t, encode(reduce.Int32, refReduce(reduce.Sum, inputs)), bufs[r])
+			require.Equal(t, reftest.Encode(reduce.Int32, reftest.Reduce(reduce.Sum, inputs)), bufs[r])
 		}
 		for _, c := range comms {
 			c.Close()
