@@ -1,0 +1,136 @@
+package shm
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// CounterSize is the bytes a Counter takes in a segment: a cache line of
+// its own, so that ranks bumping different counters never share a line.
+const CounterSize = 64
+
+// Counter is a monotonically increasing 64-bit count inside shared memory,
+// written by one rank and waited on by others. Sleepers wait on a futex on
+// its low 32 bits, so a writer only makes a system call when someone sleeps.
+type Counter struct {
+	v       atomic.Uint64
+	waiters atomic.Uint32
+	_       [CounterSize - 12]byte
+}
+
+// CounterAt returns the counter at b[off:], which must be 8-byte aligned and
+// CounterSize long (offsets that are multiples of 64 in a mapping are).
+func CounterAt(b []byte, off int) *Counter {
+	_ = b[off+CounterSize-1]
+	if uintptr(unsafe.Pointer(&b[off]))%8 != 0 {
+		panic("shm: misaligned counter")
+	}
+	return (*Counter)(unsafe.Pointer(&b[off]))
+}
+
+// Load returns the count.
+func (c *Counter) Load() uint64 { return c.v.Load() }
+
+// Store publishes v (every write before it is visible to a rank that sees
+// v) and wakes sleepers.
+func (c *Counter) Store(v uint64) {
+	c.v.Store(v)
+	// Sequentially consistent: a sleeper registers in waiters before it
+	// re-reads v, and this store precedes the load of waiters, so one of
+	// the two sides always sees the other.
+	if c.waiters.Load() != 0 {
+		futexWakeAll(c.word())
+	}
+}
+
+// Wake wakes every sleeper without changing the count, so that they look at
+// their stop condition.
+func (c *Counter) Wake() { futexWakeAll(c.word()) }
+
+// word is the futex word: the low half of v (little-endian machines only,
+// which are all gohccl builds for).
+func (c *Counter) word() *uint32 { return (*uint32)(unsafe.Pointer(&c.v)) }
+
+// ErrDeadline is returned by waits that reach their deadline.
+var ErrDeadline = errors.New("deadline reached")
+
+// Policy is how a rank waits for a peer on shared memory: spin first,
+// because a peer on another core answers in well under a microsecond, then
+// sleep on the futex, because spinning on a core a peer needs (more local
+// ranks than cores) delays that very peer.
+type Policy struct {
+	// Spin is how long to poll before sleeping. Longer costs CPU when a
+	// peer is late; shorter costs a futex round trip (about 6 us here)
+	// on waits just past it.
+	Spin time.Duration
+	// Yield gives the core away between polls: for hosts with more local
+	// ranks than cores.
+	Yield bool
+}
+
+var policy atomic.Pointer[Policy]
+
+func init() { SetPolicy(Policy{Spin: 50 * time.Microsecond}) }
+
+// SetPolicy sets the wait policy of this process.
+func SetPolicy(p Policy) { policy.Store(&p) }
+
+// CurrentPolicy returns the wait policy of this process.
+func CurrentPolicy() Policy { return *policy.Load() }
+
+// sleepSlice bounds one futex sleep, so that a waiter notices its deadline
+// and its stop condition (a broken or aborted communicator) promptly.
+const sleepSlice = 10 * time.Millisecond
+
+// WaitAtLeast waits until the count is at least v. It returns ErrDeadline
+// at deadline, or the first error stop returns (stop may be nil; it is
+// called between sleeps, not while spinning).
+func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) error {
+	if c.v.Load() >= v {
+		return nil
+	}
+	p := policy.Load()
+	start := time.Now()
+	for i := 1; ; i++ {
+		if c.v.Load() >= v {
+			return nil
+		}
+		if p.Yield {
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+		if i%64 == 0 {
+			if time.Since(start) >= p.Spin {
+				break
+			}
+			if i%4096 == 0 {
+				runtime.Gosched()
+			}
+		}
+	}
+	for {
+		now := time.Now()
+		if !now.Before(deadline) {
+			return ErrDeadline
+		}
+		if stop != nil {
+			if err := stop(); err != nil {
+				return err
+			}
+		}
+		c.waiters.Add(1)
+		seen := c.v.Load()
+		if seen >= v {
+			c.waiters.Add(^uint32(0))
+			return nil
+		}
+		futexSleep(c.word(), uint32(seen), min(sleepSlice, deadline.Sub(now)))
+		c.waiters.Add(^uint32(0))
+		if c.v.Load() >= v {
+			return nil
+		}
+	}
+}
