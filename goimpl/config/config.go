@@ -42,6 +42,8 @@ var Vars = []Var{
 		"Tuner's latency per step between nodes."},
 	{"GOHCCL_INTER_BW", "GB/s (decimal)", "1.25",
 		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
+	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
+		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
@@ -68,6 +70,8 @@ type Config struct {
 	Debug Level
 	// Algo is the raw algorithm override (GOHCCL_ALGO); "" or "auto" for none.
 	Algo string
+	// Transport is "auto", "tcp" or "shm" (GOHCCL_TRANSPORT).
+	Transport string
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
@@ -142,6 +146,11 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 			return c, fmt.Errorf("%s=%q: want a positive number", f.name, get(f.name))
 		}
 		*f.dst = v * f.scale
+	}
+	switch c.Transport = strings.ToLower(get("GOHCCL_TRANSPORT")); c.Transport {
+	case "auto", "tcp", "shm":
+	default:
+		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))

@@ -36,7 +36,7 @@ func TestParseBytes(t *testing.T) {
 }
 
 func TestMalformedValuesNamed(t *testing.T) {
-	for name, val := range map[string]string{"GOHCCL_BUFFSIZE": "lots", "GOHCCL_DEBUG": "LOUD"} {
+	for name, val := range map[string]string{"GOHCCL_BUFFSIZE": "lots", "GOHCCL_DEBUG": "LOUD", "GOHCCL_TRANSPORT": "carrier-pigeon"} {
 		_, err := Load(env(map[string]string{name: val}))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), name)
