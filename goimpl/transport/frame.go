@@ -12,6 +12,7 @@ package transport
 import (
 	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/gohccl/gohccl/goimpl/reduce"
 )
@@ -29,6 +30,11 @@ const (
 // caller. A peer announcing more is treated as corrupt.
 const MaxPayload = 1 << 30
 
+// MaxAbortText bounds an abort frame's error text: enough for a mismatch
+// message naming both fingerprints, small enough that a peer never buffers
+// much for a frame no receive asked for.
+const MaxAbortText = 2048
+
 // Kind names the operation a frame belongs to.
 type Kind uint8
 
@@ -45,11 +51,15 @@ const (
 	KindAllToAll
 	KindBarrier
 	KindSend
+	// KindAbort is a failing rank's last frame to each peer: the payload is
+	// its error text (at most MaxAbortText bytes), so peers fail with the
+	// cause instead of a bare connection loss. It matches no receive.
+	KindAbort
 	kindEnd
 )
 
 var kindNames = [...]string{"invalid", "allreduce", "broadcast", "reduce", "allgather",
-	"reduce_scatter", "gather", "scatter", "alltoall", "barrier", "send"}
+	"reduce_scatter", "gather", "scatter", "alltoall", "barrier", "send", "abort"}
 
 func (k Kind) String() string {
 	if k < kindEnd {
@@ -106,6 +116,9 @@ func stepName(tag uint64) string {
 }
 
 func (h Header) String() string {
+	if h.Kind == KindAbort {
+		return fmt.Sprintf("abort after #%d (%d bytes of text)", h.Seq, h.Len)
+	}
 	if h.Kind.IsP2P() {
 		return fmt.Sprintf("send %s count %d tag %d (%d bytes)", h.DType, h.Count, h.Tag, h.Len)
 	}
@@ -163,5 +176,23 @@ func (h *Header) Decode(b []byte) error {
 	if h.Len > MaxPayload {
 		return fmt.Errorf("frame header announces %d payload bytes, more than the %d allowed", h.Len, MaxPayload)
 	}
+	if h.Kind == KindAbort && h.Len > MaxAbortText {
+		return fmt.Errorf("abort frame announces %d bytes of text, more than the %d allowed", h.Len, MaxAbortText)
+	}
 	return nil
+}
+
+// AbortFrame builds the abort frame a failing rank sends each peer: seq is
+// the sequence number of the collective it was in (0 if none) and cause its
+// error, cut to MaxAbortText bytes on a character boundary.
+func AbortFrame(seq uint64, cause error) (Header, []byte) {
+	text := cause.Error()
+	if len(text) > MaxAbortText {
+		cut := MaxAbortText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut]
+	}
+	return Header{Fingerprint: Fingerprint{Kind: KindAbort}, Seq: seq, Len: uint32(len(text))}, []byte(text)
 }

@@ -1,7 +1,11 @@
 package transport
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,6 +57,31 @@ func TestHeaderRejectsMalformed(t *testing.T) {
 	}
 	var got Header
 	assert.ErrorContains(t, got.Decode(make([]byte, 10)), "truncated")
+}
+
+func TestAbortFrame(t *testing.T) {
+	h, text := AbortFrame(7, errors.New("allreduce #7 on rank 2 failed: collective mismatch"))
+	assert.Equal(t, KindAbort, h.Kind)
+	assert.Equal(t, uint64(7), h.Seq)
+	assert.Equal(t, "allreduce #7 on rank 2 failed: collective mismatch", string(text))
+	assert.Equal(t, uint32(len(text)), h.Len)
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	var got Header
+	require.NoError(t, got.Decode(b[:]))
+	assert.Equal(t, h, got)
+
+	// A long cause is cut to MaxAbortText bytes without splitting a character.
+	long := strings.Repeat("é", MaxAbortText) // two bytes each
+	h, text = AbortFrame(1, errors.New("x"+long))
+	assert.LessOrEqual(t, len(text), MaxAbortText)
+	assert.GreaterOrEqual(t, len(text), MaxAbortText-1)
+	assert.True(t, utf8.Valid(text), "cut inside a character")
+
+	// A decoder refuses an abort frame announcing more text than that.
+	h.Len = MaxAbortText + 1
+	h.Encode(b[:])
+	assert.ErrorContains(t, got.Decode(b[:]), "abort frame announces")
 }
 
 // FuzzHeaderDecode checks that decoding never panics and that whatever it
@@ -125,4 +154,86 @@ func TestMatcherFailAndClose(t *testing.T) {
 	r3 = Recv{Peer: 0, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}}}
 	m.Post(&r3)
 	require.ErrorIs(t, r3.Err(), ErrClosed)
+}
+
+func TestMatcherPeerAbort(t *testing.T) {
+	// Through Deliver (in-process links), and through Arrive/StashBuffer/
+	// Stash as a socket link's receive side does it: both close the matcher
+	// with the peer's cause, whatever the waiting receives were for.
+	for _, path := range []string{"deliver", "arrive"} {
+		t.Run(path, func(t *testing.T) {
+			m := NewMatcher(0, 3)
+			coll := Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}, Seq: 4}}
+			p2p := Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindSend, DType: reduce.Uint8, Count: 1}, Tag: 5, Len: 1}, Buf: make([]byte, 1)}
+			m.Post(&coll)
+			m.Post(&p2p)
+			h, text := AbortFrame(4, errors.New("barrier #4 on rank 2 failed: collective mismatch: details"))
+			switch path {
+			case "deliver":
+				m.Deliver(2, &h, text)
+			default:
+				dst, r, discard := m.Arrive(2, &h)
+				require.Nil(t, dst)
+				require.Nil(t, r, "an abort frame matches no receive")
+				require.False(t, discard, "an abort frame's text must be read")
+				buf := m.StashBuffer(int(h.Len))
+				copy(buf, text)
+				m.Stash(2, &h, buf)
+			}
+			for _, r := range []*Recv{&coll, &p2p} {
+				require.True(t, r.Done())
+				require.ErrorIs(t, r.Err(), ErrPeerLost)
+				var pa *PeerAbortError
+				require.ErrorAs(t, r.Err(), &pa)
+				assert.Equal(t, 2, pa.Rank)
+				assert.Equal(t, "rank 2 aborted: barrier #4 on rank 2 failed: collective mismatch: details", r.Err().Error())
+			}
+			require.Error(t, m.Err())
+			later := Recv{Peer: 2, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}, Seq: 5}}
+			m.Post(&later)
+			require.True(t, later.Done(), "a receive after the abort fails at once")
+			assert.Contains(t, later.Err().Error(), "rank 2 aborted")
+		})
+	}
+}
+
+func TestMatcherErrAndPending(t *testing.T) {
+	m := NewMatcher(0, 2)
+	require.NoError(t, m.Err())
+	r := Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}, Seq: 1}}
+	assert.False(t, r.Pending(), "never posted")
+	m.Post(&r)
+	assert.True(t, r.Pending())
+	m.Close(ErrClosed)
+	assert.False(t, r.Pending())
+	require.ErrorIs(t, m.Err(), ErrClosed)
+	m.Close(ErrTimeout)
+	require.ErrorIs(t, m.Err(), ErrClosed, "the first close wins")
+}
+
+func TestMatcherLastSeqAndTimeout(t *testing.T) {
+	m := NewMatcher(0, 3)
+	assert.Equal(t, uint64(0), m.LastSeq(1))
+	h := Header{Fingerprint: Fingerprint{Kind: KindAllReduce, DType: reduce.Uint8, Count: 1}, Seq: 3, Len: 1}
+	m.Deliver(1, &h, []byte{1}) // stashed: nobody posted it
+	p2p := Header{Fingerprint: Fingerprint{Kind: KindSend, DType: reduce.Uint8, Count: 1}, Tag: 9, Len: 1}
+	m.Deliver(1, &p2p, []byte{2})
+	assert.Equal(t, uint64(3), m.LastSeq(1), "point-to-point frames carry no sequence number")
+	assert.Equal(t, uint64(0), m.LastSeq(2))
+	assert.Equal(t, uint64(0), m.LastSeq(7), "outside the group")
+
+	r := Recv{Peer: 2, Want: Header{Fingerprint: Fingerprint{Kind: KindBarrier}, Seq: 4}}
+	m.Post(&r)
+	err := m.Wait(&r, time.Now().Add(10*time.Millisecond))
+	require.ErrorIs(t, err, ErrTimeout)
+	var te *RecvTimeoutError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, 2, te.Peer)
+	assert.Equal(t, "timed out waiting for #4 barrier float32 count 0 (phase 0 step 0 segment 0, 0 bytes) from rank 2", err.Error())
+
+	any := Recv{Peer: AnySource, Want: p2p}
+	any.Want.Tag = 10
+	any.Buf = make([]byte, 1)
+	m.Post(&any)
+	assert.ErrorContains(t, m.Wait(&any, time.Now().Add(time.Millisecond)), "from any rank")
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,13 @@ func (r *Recv) Done() bool { return r.state.Load() == recvDone }
 // Err returns the receive's result once Done.
 func (r *Recv) Err() error { return r.err }
 
+// Pending reports whether the receive is posted and not finished yet: it
+// waits in a queue or a link is filling it.
+func (r *Recv) Pending() bool {
+	s := r.state.Load()
+	return s == recvPosted || s == recvClaimed
+}
+
 type stashed struct {
 	h     Header
 	buf   []byte
@@ -65,6 +73,9 @@ type peerQueue struct {
 	p2p       fifo[*Recv]
 	p2pStash  fifo[stashed]
 	dead      error
+	// heard is the highest sequence number of a collective frame that
+	// arrived from the peer, for timeout messages.
+	heard uint64
 }
 
 // Matcher pairs arriving frames with posted receives for one rank. Frames of
@@ -73,6 +84,12 @@ type peerQueue struct {
 // order within a (peer, tag). A frame that arrives before its receive is
 // posted is kept (stashed) until it is, so a sender never waits for the
 // receiver's program to reach its receive.
+//
+// An abort frame (KindAbort) matches no receive: it closes the matcher with
+// a PeerAbortError carrying the peer's error text, so every waiting and later
+// receive fails with the cause. Links need not know the kind: it travels the
+// ordinary Arrive/StashBuffer/Stash path (or Deliver), like a frame that
+// arrived before its receive.
 type Matcher struct {
 	rank int
 	mu   sync.Mutex
@@ -104,6 +121,10 @@ func (m *Matcher) Arrive(peer int, h *Header) (dst []byte, r *Recv, discard bool
 	if m.closed != nil {
 		return nil, nil, true
 	}
+	if h.Kind == KindAbort {
+		return nil, nil, false // its text is read into a stash buffer, see Stash
+	}
+	m.heardFrom(peer, h)
 	r, ok := m.matchArrival(peer, h)
 	if !ok {
 		return nil, nil, true
@@ -113,6 +134,25 @@ func (m *Matcher) Arrive(peer int, h *Header) (dst []byte, r *Recv, discard bool
 	}
 	r.state.Store(recvClaimed)
 	return r.Buf, r, false
+}
+
+// heardFrom records a collective frame's sequence number; see LastSeq.
+func (m *Matcher) heardFrom(peer int, h *Header) {
+	if pq := &m.peers[peer]; !h.Kind.IsP2P() && h.Seq > pq.heard {
+		pq.heard = h.Seq
+	}
+}
+
+// LastSeq returns the sequence number of the latest collective frame that
+// arrived from peer, or 0 if none has: a timed-out op uses it to tell a peer
+// that never reached the op from one that stalled inside it.
+func (m *Matcher) LastSeq(peer int) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if peer < 0 || peer >= len(m.peers) {
+		return 0
+	}
+	return m.peers[peer].heard
 }
 
 // matchArrival finds the posted receive for a frame from peer, removing it
@@ -193,6 +233,13 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 		m.pool.put(buf)
 		return
 	}
+	if h.Kind == KindAbort {
+		cause := strings.ToValidUTF8(string(buf), "?")
+		m.pool.put(buf)
+		m.close(&PeerAbortError{Rank: peer, Cause: cause})
+		return
+	}
+	m.heardFrom(peer, h)
 	r, ok := m.matchArrival(peer, h)
 	if !ok {
 		m.pool.put(buf)
@@ -380,7 +427,7 @@ func (m *Matcher) closedErr() error {
 
 // expire withdraws r after its deadline passed; see Wait.
 func (m *Matcher) expire(r *Recv) error {
-	return m.withdraw(r, fmt.Errorf("%w waiting for %s from rank %d", ErrTimeout, r.Want.String(), r.Peer))
+	return m.withdraw(r, &RecvTimeoutError{Peer: r.Peer, Want: r.Want})
 }
 
 func (m *Matcher) withdraw(r *Recv, cause error) error {
@@ -446,11 +493,27 @@ func (m *Matcher) Fail(peer int, err error) {
 	}
 }
 
+// Err returns the error the matcher was closed with (by Close or by a
+// peer's abort frame), or nil while it is open. It takes no lock until then.
+func (m *Matcher) Err() error {
+	select {
+	case <-m.closedCh:
+		return m.closedErr()
+	default:
+		return nil
+	}
+}
+
 // Close fails every posted and later receive with err (which should wrap
-// ErrClosed or the cause of an abort) and releases stashed frames.
+// ErrClosed or the cause of an abort) and releases stashed frames. The
+// first close wins.
 func (m *Matcher) Close(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.close(err)
+}
+
+func (m *Matcher) close(err error) {
 	if m.closed != nil {
 		return
 	}
