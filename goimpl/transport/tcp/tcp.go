@@ -116,9 +116,15 @@ type Listener struct {
 	ln *net.TCPListener
 }
 
-// Listen opens a listening socket on ip (any free port).
+// Listen opens a listening socket on ip (any free port). ip must be an
+// address, not a name: anything else would silently bind every interface.
+// Only "0.0.0.0" or "::" (asked for explicitly) listens on all of them.
 func Listen(ip string) (*Listener, error) {
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ip)})
+	addr := net.ParseIP(ip)
+	if addr == nil {
+		return nil, fmt.Errorf("listening on %q: not an IP address", ip)
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: addr})
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", ip, err)
 	}
@@ -327,10 +333,13 @@ type Link struct {
 	closed  atomic.Bool
 	done    chan struct{}
 
-	wmu    sync.Mutex
-	wbuf   []byte
-	iov    net.Buffers
-	iovArr [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
+	wmu sync.Mutex
+	// wfailed is set after a write that sent part of a frame: the stream may
+	// end inside it, so nothing more (not even an abort frame) may follow.
+	wfailed error
+	wbuf    []byte
+	iov     net.Buffers
+	iovArr  [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
 }
 
 // NewLink wraps an established connection to peer and starts its receive
@@ -353,22 +362,33 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 	if l.closed.Load() {
 		return fmt.Errorf("%w: the link to rank %d is closed", transport.ErrClosed, l.peer)
 	}
+	if l.wfailed != nil {
+		return l.wfailed
+	}
 	l.conn.SetWriteDeadline(deadline)
 	h.Encode(l.wbuf)
 	var err error
+	var sent int64
 	if len(payload) <= smallFrame {
 		n := copy(l.wbuf[transport.HeaderSize:], payload)
-		_, err = l.conn.Write(l.wbuf[:transport.HeaderSize+n])
+		var k int
+		k, err = l.conn.Write(l.wbuf[:transport.HeaderSize+n])
+		sent = int64(k)
 	} else {
 		l.iovArr = [2][]byte{l.wbuf[:transport.HeaderSize], payload}
 		l.iov = l.iovArr[:]
-		_, err = l.iov.WriteTo(l.conn)
+		sent, err = l.iov.WriteTo(l.conn)
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+			err = fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+		} else {
+			err = fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
 		}
-		return fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
+		if sent > 0 {
+			l.wfailed = fmt.Errorf("%w (an earlier send to rank %d stopped inside a frame: %v)", transport.ErrClosed, l.peer, err)
+		}
+		return err
 	}
 	return nil
 }
