@@ -14,7 +14,7 @@ GO_SRC  := $(shell find goimpl capi -name '*.go' -o -name '*.s' -o -name '*.h' 2
 CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
-.PHONY: demo test build go-test go-vet py-test capi-test clean bench
+.PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi
 
 # The Python environment: torch and the test tools. The stamp records the
 # requirement line, so changing it reinstalls.
@@ -54,6 +54,17 @@ test: go-vet go-test capi-test py-test
 
 demo: $(BUILT)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node 2 benchmarks/demo_ddp.py
+
+# Benchmarks (not part of `make test`): against Gloo in one torchrun job per
+# collective, and against Open MPI (the setup target installs it and mpi4py).
+bench-gloo: $(BUILT)
+	benchmarks/gloo.sh
+
+bench-mpi-setup: $(BUILT)
+	benchmarks/mpi.sh setup -np 2 -e 8K -n 5
+
+bench-mpi: $(BUILT)
+	benchmarks/mpi.sh -np 2
 
 clean:
 	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)
