@@ -61,7 +61,7 @@ bench-gloo: $(BUILT)
 	benchmarks/gloo.sh
 
 bench-mpi-setup: $(BUILT)
-	benchmarks/mpi.sh setup -np 2 -e 8K -n 5
+	benchmarks/mpi.sh setup
 
 bench-mpi: $(BUILT)
 	benchmarks/mpi.sh -np 2

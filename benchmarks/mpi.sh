@@ -5,7 +5,8 @@
 #   2. through torch: python -m gohccl.bench under mpirun, where every process
 #      times MPI (mpi4py, on the tensor's memory) and dist.all_reduce on gohccl
 #      and Gloo, interleaved.
-# Usage: benchmarks/mpi.sh [setup] [-np N] [extra gohccl.bench args...]
+# Usage: benchmarks/mpi.sh setup            (once), then
+#        benchmarks/mpi.sh [-np N] [extra gohccl.bench args...]
 # "setup" installs Open MPI (Debian's openmpi-bin, libopenmpi-dev) and mpi4py
 # into .venv, once; `make test` never needs them.
 set -euo pipefail
@@ -19,6 +20,7 @@ if [[ "${1:-}" == setup ]]; then
 	fi
 	make build
 	.venv/bin/python -c 'import mpi4py' 2>/dev/null || .venv/bin/pip install -q mpi4py
+	exit 0
 fi
 if [[ "${1:-}" == -np ]]; then np=$2; shift 2; fi
 command -v mpirun >/dev/null || { echo "no mpirun: run benchmarks/mpi.sh setup" >&2; exit 2; }
