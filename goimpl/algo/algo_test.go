@@ -13,6 +13,7 @@ import (
 
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
+	"github.com/gohccl/gohccl/goimpl/topo"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
 )
@@ -70,7 +71,29 @@ func blocked(r, n, k int) Hierarchy {
 	for m := 0; m < n/k; m++ {
 		h.Cross = append(h.Cross, m*k+l)
 	}
+	for i := 0; i < k; i++ {
+		for m := 0; m < n/k; m++ {
+			h.Order = append(h.Order, m*k+i)
+		}
+	}
 	return h
+}
+
+// dealt returns the hierarchy of rank r when the n ranks are dealt out to
+// n/k nodes of k ranks round-robin, so rank r is on node r mod (n/k) and no
+// node's ranks are consecutive (hosts as a launcher may interleave them).
+// It is built with topo, independently of blocked.
+func dealt(r, n, k int) Hierarchy {
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = fmt.Sprint("host", i%(n/k))
+	}
+	t := topo.FromHosts(hosts)
+	l0, l1, err := t.Levels(r)
+	if err != nil {
+		panic(err)
+	}
+	return Hierarchy{Local: l0, Cross: l1, Order: t.SliceOrder()}
 }
 
 type allReduceCase struct {
@@ -228,26 +251,241 @@ func TestRootedTrees(t *testing.T) {
 	}
 }
 
-func TestAllGatherRD(t *testing.T) {
-	for _, n := range []int{1, 2, 4, 8, 16, 32, 64} {
-		for _, count := range countsFor(n, n <= 8) {
-			ins := make([][]byte, n)
-			outs := make([][]byte, n)
-			want := []byte{}
-			for r := range ins {
-				ins[r] = reftest.Encode(reduce.Int32, reftest.Ints(r, count, 7))
-				outs[r] = make([]byte, n*len(ins[r]))
-				want = append(want, ins[r]...)
-			}
-			noErrs(t, runRanks(newOps(t, n, reduce.Int32, reduce.Sum, 1), func(o *Op) error {
-				return AllGatherRD(o, ins[o.Rank()], outs[o.Rank()], count)
-			}))
-			for r := range outs {
-				require.Equal(t, want, outs[r], "n=%d count=%d rank %d", n, count, r)
+// vectorCase is an allgather or reduce-scatter schedule: in and out as the
+// collective takes them, count elements per rank.
+type vectorCase struct {
+	name string
+	run  func(o *Op, in, out []byte, count int) error
+	ok   func(n int) bool
+}
+
+// hierCases returns, for node sizes 2, 3 and 4 and both ways of placing
+// ranks on nodes (consecutive and dealt round-robin), a case per pair of
+// level schedules that can run, built by f from the hierarchy, level0 and
+// level1. level1 recursive doubling needs a power-of-two number of nodes
+// when pow2Nodes is set.
+func hierCases(pow2Nodes bool, f func(h Hierarchy, l0 Level0, l1 Level1, o *Op, in, out []byte, count int) error) []vectorCase {
+	var cs []vectorCase
+	for _, k := range []int{2, 3, 4} {
+		for _, place := range []struct {
+			name string
+			h    func(r, n, k int) Hierarchy
+		}{{"", blocked}, {"dealt", dealt}} {
+			for _, l0 := range []Level0{Level0Ring, Level0RHD} {
+				for _, l1 := range []Level1{Level1Ring, Level1RHD} {
+					if l0 == Level0RHD && k&(k-1) != 0 {
+						continue
+					}
+					name := fmt.Sprintf("hier%d%s/level0:%s;level1:%s", k, place.name, [...]string{"ring", "rhd"}[l0], [...]string{"ring", "rhd"}[l1])
+					cs = append(cs, vectorCase{name, func(o *Op, in, out []byte, count int) error {
+						return f(place.h(o.Rank(), o.Size(), k), l0, l1, o, in, out, count)
+					}, func(n int) bool {
+						nodes := n / k
+						if n%k != 0 || (l1 == Level1RHD && pow2Nodes && nodes&(nodes-1) != 0) {
+							return false
+						}
+						// Dealt placement is the same as blocked on one node.
+						return (n <= 4*k || n == 32) && (place.name == "" || nodes > 1)
+					}})
+				}
 			}
 		}
 	}
-	require.False(t, CanAllGatherRD(6))
+	return cs
+}
+
+func allGatherCases() []vectorCase {
+	always := func(int) bool { return true }
+	return append([]vectorCase{
+		{"ring", AllGatherRing, always},
+		{"rd", AllGatherRD, CanAllGatherRD},
+	}, hierCases(true, func(h Hierarchy, l0 Level0, l1 Level1, o *Op, in, out []byte, count int) error {
+		return AllGatherHier(o, in, out, count, h, l0, l1)
+	})...)
+}
+
+func reduceScatterCases() []vectorCase {
+	always := func(int) bool { return true }
+	return append([]vectorCase{
+		{"ring", ReduceScatterRing, always},
+		{"rh", ReduceScatterRH, always},
+	}, hierCases(false, func(h Hierarchy, l0 Level0, l1 Level1, o *Op, in, out []byte, count int) error {
+		return ReduceScatterHier(o, in, out, count, h, l0, l1)
+	})...)
+}
+
+// TestAllGatherAlgorithms checks every allgather schedule against the
+// concatenation of the inputs, with the input separate from the output and
+// aliasing the rank's own block of it.
+func TestAllGatherAlgorithms(t *testing.T) {
+	for _, c := range allGatherCases() {
+		for _, n := range testSizes {
+			if !c.ok(n) {
+				continue
+			}
+			for _, count := range countsFor(n, n <= 8 || n == 17) {
+				for _, inPlace := range []bool{false, true} {
+					if inPlace && count != 1001 {
+						continue
+					}
+					t.Run(fmt.Sprintf("%s/n%d/%d/inplace=%v", c.name, n, count, inPlace), func(t *testing.T) {
+						ins := make([][]byte, n)
+						outs := make([][]byte, n)
+						want := []byte{}
+						for r := range ins {
+							ins[r] = reftest.Encode(reduce.Int32, reftest.Ints(r, count, 7))
+							want = append(want, ins[r]...)
+							outs[r] = reftest.Encode(reduce.Int32, reftest.Ints(r+n, n*count, 8)) // garbage to overwrite
+							if inPlace {
+								copy(outs[r][r*len(ins[r]):], ins[r])
+								ins[r] = outs[r][r*len(ins[r]) : (r+1)*len(ins[r])]
+							}
+						}
+						noErrs(t, runRanks(newOps(t, n, reduce.Int32, reduce.Sum, 1), func(o *Op) error {
+							return c.run(o, ins[o.Rank()], outs[o.Rank()], count)
+						}))
+						for r := range outs {
+							require.Equal(t, want, outs[r], "rank %d", r)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestReduceScatterAlgorithms checks every reduce-scatter schedule: rank r's
+// output is block r of the reference reduction of all inputs, and no input
+// is modified.
+func TestReduceScatterAlgorithms(t *testing.T) {
+	for _, c := range reduceScatterCases() {
+		for _, n := range testSizes {
+			if !c.ok(n) {
+				continue
+			}
+			for _, count := range countsFor(n, n <= 8 || n == 17) {
+				ops := []reduce.Op{reduce.Sum}
+				if count == 1001 && n <= 9 {
+					ops = []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Product}
+				}
+				for _, op := range ops {
+					t.Run(fmt.Sprintf("%s/n%d/%d/%s", c.name, n, count, op), func(t *testing.T) {
+						in := make([][]int64, n)
+						ins := make([][]byte, n)
+						outs := make([][]byte, n)
+						for r := range in {
+							in[r] = reftest.Ints(r, n*count, 9)
+							if op == reduce.Product {
+								for i := range in[r] {
+									in[r][i] = in[r][i]%2 + 1
+								}
+							}
+							ins[r] = reftest.Encode(reduce.Int32, in[r])
+							outs[r] = reftest.Encode(reduce.Int32, reftest.Ints(r+n, count, 10)) // garbage to overwrite
+						}
+						noErrs(t, runRanks(newOps(t, n, reduce.Int32, op, 1), func(o *Op) error {
+							return c.run(o, ins[o.Rank()], outs[o.Rank()], count)
+						}))
+						want := reftest.Reduce(op, in)
+						for r := range outs {
+							require.Equal(t, reftest.Encode(reduce.Int32, want[r*count:(r+1)*count]), outs[r], "rank %d", r)
+							require.Equal(t, reftest.Encode(reduce.Int32, in[r]), ins[r], "rank %d's input was modified", r)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestReduceScatterFloat runs the reduce-scatters on random float32 data,
+// whose sums depend on the order of reduction, against a float64 sum: each
+// rank's block must be within the rounding of n float32 additions. (Each
+// block of a reduce-scatter lives on one rank only, so there are no copies
+// whose bits could differ.)
+func TestReduceScatterFloat(t *testing.T) {
+	for _, c := range reduceScatterCases() {
+		for _, n := range []int{3, 6, 12} {
+			if !c.ok(n) {
+				continue
+			}
+			count := 3*testSegment/4/n + 5
+			ins := make([][]byte, n)
+			outs := make([][]byte, n)
+			sum := make([]float64, n*count)
+			for r := range ins {
+				rng := rand.New(rand.NewPCG(uint64(r), 4))
+				ins[r] = make([]byte, 4*n*count)
+				for i := 0; i < n*count; i++ {
+					v := rng.Float32()*1e3 - 500
+					binary.LittleEndian.PutUint32(ins[r][4*i:], math.Float32bits(v))
+					sum[i] += float64(v)
+				}
+				outs[r] = make([]byte, 4*count)
+			}
+			noErrs(t, runRanks(newOps(t, n, reduce.Float32, reduce.Sum, 1), func(o *Op) error {
+				return c.run(o, ins[o.Rank()], outs[o.Rank()], count)
+			}))
+			for r := range outs {
+				for i := 0; i < count; i++ {
+					got := float64(math.Float32frombits(binary.LittleEndian.Uint32(outs[r][4*i:])))
+					require.InDelta(t, sum[r*count+i], got, float64(n)*1e-3, "%s n=%d rank %d element %d", c.name, n, r, i)
+				}
+			}
+		}
+	}
+}
+
+// TestWorkBufferReuse runs the schedules that keep partial sums in Op.Work
+// on one set of ops with a large, a small and again a large count, so a
+// stale or too short work buffer would show.
+func TestWorkBufferReuse(t *testing.T) {
+	const n = 6
+	for _, c := range reduceScatterCases() {
+		if !c.ok(n) {
+			continue
+		}
+		ops := newOps(t, n, reduce.Int64, reduce.Sum, 1)
+		for i, count := range []int{4001, 3, 4001, 1} {
+			in := make([][]int64, n)
+			ins := make([][]byte, n)
+			outs := make([][]byte, n)
+			for r := range in {
+				in[r] = reftest.Ints(r, n*count, 11+i)
+				ins[r] = reftest.Encode(reduce.Int64, in[r])
+				outs[r] = make([]byte, 8*count)
+			}
+			for _, o := range ops {
+				o.Stamp.Seq = uint64(i + 1)
+			}
+			noErrs(t, runRanks(ops, func(o *Op) error { return c.run(o, ins[o.Rank()], outs[o.Rank()], count) }))
+			want := reftest.Reduce(reduce.Sum, in)
+			for r := range outs {
+				require.Equal(t, reftest.Encode(reduce.Int64, want[r*count:(r+1)*count]), outs[r], "%s call %d rank %d", c.name, i, r)
+			}
+		}
+	}
+}
+
+func TestHierarchyChecked(t *testing.T) {
+	n := 4
+	bad := blocked(0, n, 2)
+	bad.Order = nil
+	ops := newOps(t, n, reduce.Int32, reduce.Sum, 1)
+	errs := runRanks(ops[:1], func(o *Op) error {
+		return AllGatherHier(o, make([]byte, 4), make([]byte, 4*n), 1, bad, Level0Ring, Level1Ring)
+	})
+	require.ErrorContains(t, errs[0], "slice order")
+	errs = runRanks(ops[:1], func(o *Op) error {
+		return ReduceScatterHier(o, make([]byte, 4*n), make([]byte, 4), 1, blocked(0, 6, 3), Level0Ring, Level1Ring)
+	})
+	require.ErrorContains(t, errs[0], "does not cover 4 ranks")
+}
+
+func TestCanAllGatherRD(t *testing.T) {
+	for n := 1; n <= 64; n++ {
+		require.Equal(t, n&(n-1) == 0, CanAllGatherRD(n), "n=%d", n)
+	}
 }
 
 // BenchmarkAllReduceInproc runs each flat all-reduce on 8 goroutine ranks

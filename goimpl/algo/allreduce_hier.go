@@ -18,6 +18,12 @@ type Hierarchy struct {
 	// rank equals this rank's (level1). Every node must have len(Local)
 	// ranks, so that every slice has an owner on every node.
 	Cross []int
+	// Order lists every rank grouped by local rank (topo.SliceOrder): the
+	// level1 group of local rank 0, then that of local rank 1, and so on,
+	// so Cross is Order[l*N : (l+1)*N] for this rank's local rank l and N
+	// nodes. The hierarchical allgather and reduce-scatter hand local rank
+	// l the blocks of those ranks; the all-reduce does not need it.
+	Order []int
 }
 
 // Level0 names the intra-node schedule of a hierarchical algorithm.

@@ -63,6 +63,16 @@ type Op struct {
 	Kernel  reduce.Kernel
 	Kernel3 reduce.Kernel3
 
+	// Work is the accumulation buffer of the schedules that keep partial
+	// sums of more than a chunk while leaving their input untouched (the
+	// recursive-halving and hierarchical reduce-scatters). They grow it to
+	// what they need and leave it here, so an Op reused across operations
+	// (a communicator's) allocates only when a larger message comes: the
+	// trade is up to one message's size of memory held for the
+	// communicator's life against an allocation per call. The simulator
+	// sets it to a shared virtual buffer.
+	Work []byte
+
 	hdr transport.Header
 
 	// group, in a view, holds the endpoint rank of each of the view's
@@ -131,6 +141,16 @@ func (o *Op) View(members []int, phase int) *Op {
 }
 
 func (o *Op) esize() int { return o.DType.Size() }
+
+// work returns n bytes of o.Work, growing it first if it is shorter. A view
+// must not call it (its grown buffer would not outlive it): composed
+// schedules take their work at the top and pass it down.
+func (o *Op) work(n int) []byte {
+	if len(o.Work) < n {
+		o.Work = make([]byte, n)
+	}
+	return o.Work[:n]
+}
 
 // slot returns scratch slot i (0 and 1 receive, 2 accumulates; the double
 // tree's up phase receives into 0..3).

@@ -14,6 +14,8 @@ type Topology struct {
 	Nodes [][]int
 	// Local is each rank's local rank: its index in Nodes[Node[r]].
 	Local []int
+
+	order []int // SliceOrder, when every node has as many ranks
 }
 
 // FromHosts groups ranks by host identity (what bootstrap learned from each
@@ -54,8 +56,24 @@ func fromNodes(node []int) *Topology {
 		t.Local[r] = len(t.Nodes[n])
 		t.Nodes[n] = append(t.Nodes[n], r)
 	}
+	if k := t.PerNode(); k > 0 {
+		for l := 0; l < k; l++ {
+			for _, ranks := range t.Nodes {
+				t.order = append(t.order, ranks[l])
+			}
+		}
+	}
 	return t
 }
+
+// SliceOrder returns every rank grouped by local rank: the level1 group of
+// local rank 0 (one rank per node, in node order), then that of local rank
+// 1, and so on, so that entry l*NumNodes()+m is local rank l of node m. A
+// hierarchical allgather or reduce-scatter hands local rank l the blocks of
+// the ranks SliceOrder()[l*NumNodes() : (l+1)*NumNodes()]. It is nil unless
+// every node has the same number of ranks. The slice is shared: do not
+// modify it.
+func (t *Topology) SliceOrder() []int { return t.order }
 
 // Size returns the number of ranks.
 func (t *Topology) Size() int { return len(t.Node) }

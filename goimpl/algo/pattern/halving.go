@@ -138,3 +138,16 @@ func (h HalvingDoubling) half(v, k int) (lo, hi int) {
 	lo = v &^ (d - 1)
 	return lo, lo + d
 }
+
+// RealSpan returns the real ranks [lo, hi) that virtual ranks [vlo, vhi)
+// stand for, 0 <= vlo <= vhi <= Pow2(): virtual rank v < Extra() stands for
+// the fold pair 2v, 2v+1, any other for rank v+Extra() alone, so the runs of
+// consecutive virtual ranks are runs of consecutive real ranks. A
+// reduce-scatter whose result block b belongs to rank b cuts its buffer into
+// virtual blocks this way (virtual block v is real blocks RealSpan(v, v+1)),
+// so that each active rank's last kept block holds exactly the blocks of
+// the ranks it stands for.
+func (h HalvingDoubling) RealSpan(vlo, vhi int) (lo, hi int) {
+	e := h.Extra()
+	return vlo + min(vlo, e), vhi + min(vhi, e)
+}

@@ -294,3 +294,43 @@ func TestHalvingDoublingBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestHalvingRealSpan checks, for every size 1..1024, that the virtual
+// blocks of RealSpan tile the ranks in order, that virtual rank v's block
+// holds v's own rank and its fold partner and nothing else, and that spans
+// of several virtual ranks are the union of theirs.
+func TestHalvingRealSpan(t *testing.T) {
+	t.Parallel()
+	eachSize(t, func(t *testing.T, n int) {
+		h := HalvingDoubling{Rank: 0, Size: n}
+		p := h.Pow2()
+		next := 0
+		for v := 0; v < p; v++ {
+			lo, hi := h.RealSpan(v, v+1)
+			r := h.RealRank(v)
+			a := HalvingDoubling{Rank: r, Size: n}
+			want := []int{r}
+			if f := a.FoldPartner(); f >= 0 {
+				want = []int{min(r, f), max(r, f)}
+			}
+			if lo != next || hi-lo != len(want) || lo != want[0] || hi-1 != want[len(want)-1] {
+				require.Failf(t, "virtual block", "n=%d virtual rank %d (rank %d, stands for %v) spans [%d, %d), previous ended at %d", n, v, r, want, lo, hi, next)
+			}
+			next = hi
+		}
+		if next != n {
+			require.Failf(t, "tiling", "n=%d: virtual blocks end at %d", n, next)
+		}
+		for _, s := range [][2]int{{0, p}, {0, p / 2}, {p / 2, p}, {p / 4, 3 * p / 4}} {
+			lo, hi := h.RealSpan(s[0], s[1])
+			wlo, _ := h.RealSpan(s[0], min(s[0]+1, p))
+			_, whi := h.RealSpan(max(s[1]-1, 0), s[1])
+			if s[0] == s[1] {
+				wlo, whi = lo, lo
+			}
+			if lo != wlo || hi != whi {
+				require.Failf(t, "span", "n=%d RealSpan(%d, %d) = [%d, %d), want [%d, %d)", n, s[0], s[1], lo, hi, wlo, whi)
+			}
+		}
+	})
+}

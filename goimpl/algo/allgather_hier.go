@@ -1,0 +1,103 @@
+package algo
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gohccl/gohccl/goimpl/algo/pattern"
+)
+
+// AllGatherHier is the hierarchical allgather, in two legs:
+//
+//  1. level1 allgather among the ranks with this rank's local rank l, one
+//     per node (h.Cross; ring, or recursive doubling when the number of
+//     nodes is a power of two): afterwards this rank holds slice l, the
+//     blocks of h.Order[l*N : (l+1)*N];
+//  2. level0 allgather of the slices among the ranks of the node (h.Local;
+//     ring, or recursive doubling when L is a power of two), slice c being
+//     the N blocks of h.Order[c*N : (c+1)*N].
+//
+// Terms: a block is one rank's count elements, at its rank's place in out;
+// a slice is the N blocks one local rank gathers across nodes. Blocks land
+// in out where they belong, so a slice is N blocks spread through out
+// (every L-th block when nodes hold consecutive ranks) and moves one block
+// per frame.
+//
+// With L ranks per node and N nodes a rank sends (N-1)/N of S/L across
+// nodes and (L-1)/L of S inside its node (S the output), against (n-1)/n of
+// S across nodes for a flat ring; level1 takes N-1 steps (ring) or log2 N
+// (doubling), level0 L-1 or log2 L steps of N frames each. in may alias
+// out's own block.
+func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0, level1 Level1) error {
+	n, r, bb := o.Size(), o.Rank(), count*o.esize()
+	own := out[r*bb : (r+1)*bb]
+	if unsafe.SliceData(in) != unsafe.SliceData(own) {
+		copy(own, in)
+	}
+	if n == 1 || count == 0 {
+		return nil
+	}
+	L, N, l, err := h.slices(o)
+	if err != nil {
+		return err
+	}
+	if level1 == Level1RHD && !CanAllGatherRD(N) {
+		return fmt.Errorf("internal: level1 recursive doubling needs a power-of-two number of nodes, not %d", N)
+	}
+	if level0 == Level0RHD && !CanAllGatherRD(L) {
+		return fmt.Errorf("internal: level0 recursive doubling needs a power-of-two node size, not %d", L)
+	}
+	// Leg 1: slice l across nodes. Level1 rank m owns block h.Cross[m].
+	l1 := o.View(h.Cross, phaseLevel1)
+	if level1 == Level1RHD {
+		err = allGatherBlocksRD(l1, pattern.HalvingDoubling{Rank: l1.Rank(), Size: N}, h.Cross, 1, n, out, bb)
+	} else {
+		err = allGatherBlocksRing(l1, h.Cross, 1, n, out, bb)
+	}
+	if err != nil {
+		return err
+	}
+	// Leg 2: slices inside the node. Level0 rank c owns h.Order[c*N:(c+1)*N].
+	l0 := o.View(h.Local, phaseLevel0)
+	if level0 == Level0RHD {
+		return allGatherBlocksRD(l0, pattern.HalvingDoubling{Rank: l, Size: L}, h.Order, N, n, out, bb)
+	}
+	return allGatherBlocksRing(l0, h.Order, N, n, out, bb)
+}
+
+// allGatherBlocksRing is the ring allgather of o's Size chunks, chunk c
+// being the blocks order[c*per : (c+1)*per] of buf (bb bytes each); this
+// rank starts owning chunk Rank(). width bounds the blocks of a step, for
+// tags.
+func allGatherBlocksRing(o *Op, order []int, per, width int, buf []byte, bb int) error {
+	ring := pattern.Ring{Rank: o.Rank(), Size: o.Size()}
+	chunk := func(c int) []int { return order[c*per : (c+1)*per] }
+	for s := 0; s < ring.Steps(); s++ {
+		err := o.swapBlocks(phaseAllGather, s, width, ring.Next(), chunk(ring.AGSendChunk(s)),
+			ring.Prev(), chunk(ring.AGRecvChunk(s)), buf, bb)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allGatherBlocksRD is the recursive-doubling allgather of o's Size chunks
+// (a power of two; hd must have no extra ranks), chunk c being the blocks
+// order[c*per : (c+1)*per] of buf: at step j a rank sends the chunks it
+// holds, Keep(k) for k = Steps()-1-j, and receives its partner's.
+func allGatherBlocksRD(o *Op, hd pattern.HalvingDoubling, order []int, per, width int, buf []byte, bb int) error {
+	steps := hd.Steps()
+	for j := 0; j < steps; j++ {
+		k := steps - 1 - j
+		peer := hd.Partner(k)
+		keepLo, keepHi := hd.Keep(k)
+		sendLo, sendHi := hd.Send(k)
+		err := o.swapBlocks(phaseDoubling, j, width, peer, order[keepLo*per:keepHi*per],
+			peer, order[sendLo*per:sendHi*per], buf, bb)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
