@@ -1,0 +1,487 @@
+// Package shm carries frames between two ranks of one host through shared
+// memory: each direction of a pair is a single-producer single-consumer
+// ring of bytes in a region every local rank maps (see layout.go), and a
+// frame is the transport.Header followed by its payload, written into the
+// ring as one byte stream.
+//
+// The sender copies header and payload straight into the ring on the
+// caller's goroutine and publishes its tail counter; a frame larger than
+// the ring streams through it in pieces while the sender waits for room.
+// One receive goroutine per incoming ring waits on that tail (spin, then
+// futex: the goimpl/shm wait policy), decodes each header and copies the
+// payload straight into the receive the Matcher hands out, or into a stash
+// buffer. Because that goroutine always drains the ring, a sender never
+// waits for the peer's program to reach its receive, as with TCP.
+//
+// Nothing read from the region is trusted: headers are decoded with every
+// check, counters must stay inside the ring, and a fault on a truncated
+// segment (SIGBUS) becomes an error. A peer that closes its link sets a
+// flag in the ring and wakes any sleeper; one that is killed is noticed
+// through its pid (liveness.go), or else at the op's deadline.
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	shmem "github.com/gohccl/gohccl/goimpl/shm"
+	"github.com/gohccl/gohccl/goimpl/transport"
+)
+
+// livenessEvery spaces the checks that an idle peer's process still runs:
+// they read /proc (a few microseconds); a death is noticed within about
+// this long plus one futex sleep slice.
+const livenessEvery = 100 * time.Millisecond
+
+// forever is the deadline of the receive goroutine's waits: it waits for
+// the next frame until the link closes.
+var forever = time.Now().Add(100 * 365 * 24 * time.Hour)
+
+// Link is one rank's shared-memory link to one peer of its host.
+type Link struct {
+	peer     int // the peer's communicator rank
+	m        *transport.Matcher
+	out, in  ring // this rank to the peer, the peer to this rank
+	self     procIdentity
+	peerSlot *procSlot
+
+	closed atomic.Bool
+	// lost is why the receive side stopped when the peer went away or
+	// sent garbage; later sends fail with it.
+	lost atomic.Pointer[error]
+	done chan struct{}
+
+	wmu sync.Mutex
+	tx  sender   // guarded by wmu
+	rx  receiver // the receive goroutine's own
+}
+
+// sender is the writing end of the out ring.
+type sender struct {
+	pos       uint64 // written up to: the truth about tail
+	published uint64 // tail as last stored
+	headSeen  uint64 // head as last loaded
+	// broken is set once a frame was cut off half-written: the stream can
+	// not go on, and every later send fails with it.
+	broken error
+	stop   func() error
+}
+
+// receiver is the reading end of the in ring.
+type receiver struct {
+	pos       uint64 // consumed up to: the truth about head
+	published uint64 // head as last stored
+	tailSeen  uint64 // tail as last loaded
+	inFrame   bool   // a header was read and its payload is not yet
+	claimed   *transport.Recv
+	lastCheck time.Time
+	stop      func() error
+}
+
+// Attach builds this rank's links over region (the same bytes, mapped by
+// every local rank; zeroed by the creator before anyone attaches). ranks[i]
+// is the communicator rank of local rank i; me is this rank's local index.
+// It returns links indexed by local index (nil at me), each delivering the
+// frames it receives to m with the peer's communicator rank, and starts one
+// receive goroutine per incoming ring. Every local rank must pass the same
+// ranks and ringBytes; a region laid out differently is refused.
+func Attach(region []byte, ranks []int, me int, ringBytes int, m *transport.Matcher) ([]transport.Link, error) {
+	n := len(ranks)
+	switch {
+	case n < 1 || n > maxLocal:
+		return nil, fmt.Errorf("shared-memory links among %d local ranks: want 1 to %d", n, maxLocal)
+	case me < 0 || me >= n:
+		return nil, fmt.Errorf("shared-memory links: local index %d outside the %d local ranks", me, n)
+	case m == nil:
+		return nil, errors.New("shared-memory links: no matcher")
+	case len(region) < RegionSize(n, ringBytes):
+		return nil, fmt.Errorf("shared-memory region of %d bytes is too small for %d local ranks with %d-byte rings (need %d)",
+			len(region), n, ringBytes, RegionSize(n, ringBytes))
+	case uintptr(unsafe.Pointer(unsafe.SliceData(region)))%8 != 0:
+		return nil, errors.New("shared-memory region is not 8-byte aligned")
+	}
+	seen := make(map[int]int, n)
+	for i, r := range ranks {
+		if r < 0 {
+			return nil, fmt.Errorf("shared-memory links: local rank %d has communicator rank %d", i, r)
+		}
+		if j, dup := seen[r]; dup {
+			return nil, fmt.Errorf("shared-memory links: local ranks %d and %d are both communicator rank %d", j, i, r)
+		}
+		seen[r] = i
+	}
+	capBytes := ringCap(ringBytes)
+	self := selfIdentity()
+	var err error
+	if ferr := guarded(func() {
+		if err = checkLayout(region, n, capBytes); err == nil {
+			at[procSlot](region, line*(1+me)).publish(self)
+		}
+	}); ferr != nil {
+		return nil, ferr
+	}
+	if err != nil {
+		return nil, err
+	}
+	links := make([]transport.Link, n)
+	all := make([]*Link, 0, n-1)
+	for p := range n {
+		if p == me {
+			continue
+		}
+		l := &Link{
+			peer:     ranks[p],
+			m:        m,
+			out:      ringAt(region, n, me, p, capBytes),
+			in:       ringAt(region, n, p, me, capBytes),
+			self:     self,
+			peerSlot: at[procSlot](region, line*(1+p)),
+			done:     make(chan struct{}),
+		}
+		l.tx.stop = l.sendStop
+		l.rx.stop = l.receiveStop
+		links[p] = l
+		all = append(all, l)
+	}
+	for _, l := range all {
+		go l.receive()
+	}
+	return links, nil
+}
+
+// Class implements transport.Link.
+func (l *Link) Class() string { return "shm" }
+
+// Send implements transport.Link: it returns once header and payload are
+// in the ring. It waits while the ring is full, until deadline (none when
+// zero).
+func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) (err error) {
+	if len(payload) != int(h.Len) {
+		return fmt.Errorf("internal: frame header says %d bytes, payload has %d", h.Len, len(payload))
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.sendable(); err != nil {
+		return err
+	}
+	if deadline.IsZero() {
+		deadline = forever
+	}
+	shmem.Guard()
+	defer func() {
+		if v := recover(); v != nil {
+			err = l.breakSend(fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, shmem.Recovered(v, nil)))
+		}
+	}()
+	return l.send(h, payload, deadline)
+}
+
+// sendable reports why the link cannot take a frame, if it cannot.
+func (l *Link) sendable() error {
+	if err := l.sendStop(); err != nil {
+		return err
+	}
+	return l.tx.broken
+}
+
+// sendStop is the stop condition of a sender's waits.
+func (l *Link) sendStop() error {
+	if l.closed.Load() {
+		return fmt.Errorf("%w: the link to rank %d is closed", transport.ErrClosed, l.peer)
+	}
+	if p := l.lost.Load(); p != nil {
+		return *p
+	}
+	if l.out.closedBy(receiverClosed) {
+		return fmt.Errorf("%w: rank %d closed its shared-memory link", transport.ErrPeerLost, l.peer)
+	}
+	// A head that went backwards never satisfies a wait: catch it here.
+	if h := l.out.head.Load(); h < l.tx.headSeen {
+		return l.loadHead()
+	}
+	return nil
+}
+
+// send writes one frame in one pass: the header, then the payload in
+// pieces, each copied straight from the caller's memory into the ring.
+func (l *Link) send(h *transport.Header, payload []byte, deadline time.Time) error {
+	s := &l.tx
+	if _, err := l.reserve(transport.HeaderSize, deadline); err != nil {
+		return err // nothing written: the stream is intact
+	}
+	var hb [transport.HeaderSize]byte
+	h.Encode(hb[:])
+	l.out.put(s.pos, hb[:])
+	s.pos += transport.HeaderSize
+	for len(payload) > 0 {
+		want := min(uint64(len(payload)), l.out.piece)
+		space, err := l.reserve(want, deadline)
+		if err != nil {
+			return l.breakSend(err)
+		}
+		n := min(space, want)
+		l.out.put(s.pos, payload[:n])
+		s.pos += n
+		payload = payload[n:]
+		if s.pos-s.published >= l.out.piece {
+			l.publishTail()
+		}
+	}
+	l.publishTail()
+	return nil
+}
+
+// reserve waits until the ring has room for need more bytes and returns
+// the room.
+func (l *Link) reserve(need uint64, deadline time.Time) (uint64, error) {
+	s := &l.tx
+	if space := l.out.cap - (s.pos - s.headSeen); space >= need {
+		return space, nil
+	}
+	if err := l.loadHead(); err != nil {
+		return 0, err
+	}
+	if space := l.out.cap - (s.pos - s.headSeen); space >= need {
+		return space, nil
+	}
+	// The receiver may be waiting for what this frame wrote so far.
+	l.publishTail()
+	for {
+		werr := l.out.head.WaitAtLeast(s.pos+need-l.out.cap, deadline, s.stop)
+		if err := l.loadHead(); err != nil {
+			return 0, err
+		}
+		if space := l.out.cap - (s.pos - s.headSeen); space >= need {
+			return space, nil
+		}
+		if errors.Is(werr, shmem.ErrDeadline) {
+			return 0, fmt.Errorf("%w: rank %d did not take the data in time (its shared-memory ring stayed full)", transport.ErrTimeout, l.peer)
+		}
+		if werr != nil {
+			return 0, werr
+		}
+	}
+}
+
+// loadHead reads the receiver's head, which must lie between the last one
+// seen and what this side wrote.
+func (l *Link) loadHead() error {
+	s := &l.tx
+	h := l.out.head.Load()
+	if h < s.headSeen || h > s.pos {
+		return fmt.Errorf("%w: rank %d corrupted the shared-memory ring to it: consumed position %d outside [%d, %d]",
+			transport.ErrProtocol, l.peer, h, s.headSeen, s.pos)
+	}
+	s.headSeen = h
+	return nil
+}
+
+func (l *Link) publishTail() {
+	if l.tx.pos != l.tx.published {
+		l.out.tail.Store(l.tx.pos)
+		l.tx.published = l.tx.pos
+	}
+}
+
+// breakSend records that a frame was cut off and closes the out ring, so
+// that the peer reports it rather than waiting for the rest.
+func (l *Link) breakSend(err error) error {
+	if l.tx.broken == nil {
+		l.tx.broken = fmt.Errorf("an earlier frame to rank %d was cut off: %w", l.peer, err)
+		guarded(func() { l.out.close(senderClosed) })
+	}
+	return err
+}
+
+// Close implements transport.Link. It marks both rings closed, so that the
+// peer's sends and receives fail at once, stops the receive goroutine and
+// waits for a send in progress to return; the region is not touched after.
+func (l *Link) Close() error {
+	var err error
+	if !l.closed.Swap(true) {
+		err = guarded(func() {
+			l.out.close(senderClosed)
+			l.in.close(receiverClosed)
+		})
+	}
+	<-l.done
+	l.wmu.Lock()
+	l.wmu.Unlock() //nolint:staticcheck // an empty critical section: waits out a Send in progress
+	return err
+}
+
+// receive is the receive goroutine: it hands every frame to the matcher
+// until the link closes or the peer is gone, then fails the peer's
+// receives with the reason.
+func (l *Link) receive() {
+	defer close(l.done)
+	err := l.receiveFrames()
+	if !l.closed.Load() {
+		// As a socket would close: the peer's sends and receives fail
+		// now, not at their deadline.
+		l.lost.Store(&err)
+		guarded(func() {
+			l.in.close(receiverClosed)
+			l.out.close(senderClosed)
+		})
+	}
+	if r := l.rx.claimed; r != nil {
+		l.rx.claimed = nil
+		l.m.Complete(r, err)
+	}
+	l.m.Fail(l.peer, err)
+}
+
+func (l *Link) receiveFrames() (err error) {
+	shmem.Guard()
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, shmem.Recovered(v, nil))
+		}
+	}()
+	rx := &l.rx
+	var hb [transport.HeaderSize]byte
+	var h transport.Header
+	for {
+		rx.inFrame = false
+		if err := l.await(transport.HeaderSize); err != nil {
+			return err
+		}
+		l.in.get(rx.pos, hb[:])
+		rx.pos += transport.HeaderSize
+		rx.inFrame = true
+		if err := h.Decode(hb[:]); err != nil {
+			return fmt.Errorf("rank %d sent a corrupt frame over shared memory: %w: %v", l.peer, transport.ErrProtocol, err)
+		}
+		dst, r, discard := l.m.Arrive(l.peer, &h)
+		switch {
+		case r != nil:
+			rx.claimed = r
+			if len(dst) != int(h.Len) {
+				return fmt.Errorf("internal: a %d-byte receive matched a %d-byte frame from rank %d", len(dst), h.Len, l.peer)
+			}
+			if err := l.stream(dst, uint64(h.Len)); err != nil {
+				return err
+			}
+			rx.claimed = nil
+			l.m.Complete(r, nil)
+		case discard:
+			if err := l.stream(nil, uint64(h.Len)); err != nil {
+				return err
+			}
+		default:
+			buf := l.m.StashBuffer(int(h.Len))
+			if err := l.stream(buf, uint64(h.Len)); err != nil {
+				return err
+			}
+			l.m.Stash(l.peer, &h, buf)
+		}
+	}
+}
+
+// stream consumes n payload bytes, copying them into dst unless it is nil.
+func (l *Link) stream(dst []byte, n uint64) error {
+	rx := &l.rx
+	for n > 0 {
+		if err := l.await(1); err != nil {
+			return err
+		}
+		k := min(rx.tailSeen-rx.pos, n, l.in.piece)
+		if dst != nil {
+			l.in.get(rx.pos, dst[:k])
+			dst = dst[k:]
+		}
+		rx.pos += k
+		n -= k
+		if rx.pos-rx.published >= l.in.piece {
+			l.publishHead()
+		}
+	}
+	return nil
+}
+
+// await waits until need bytes past the consumed position are published.
+func (l *Link) await(need uint64) error {
+	rx := &l.rx
+	if rx.tailSeen-rx.pos >= need {
+		return nil
+	}
+	if err := l.loadTail(); err != nil {
+		return err
+	}
+	if rx.tailSeen-rx.pos >= need {
+		return nil
+	}
+	// Hand the room back before sleeping: the sender may be waiting for it.
+	l.publishHead()
+	for {
+		werr := l.in.tail.WaitAtLeast(rx.pos+need, forever, rx.stop)
+		// Even when stopped, take what the peer published before it closed.
+		if err := l.loadTail(); err != nil {
+			return err
+		}
+		if rx.tailSeen-rx.pos >= need {
+			return nil
+		}
+		if werr != nil {
+			return werr
+		}
+	}
+}
+
+// loadTail reads the sender's tail, which must lie between the last one
+// seen and a full ring past what this side consumed.
+func (l *Link) loadTail() error {
+	rx := &l.rx
+	t := l.in.tail.Load()
+	if t < rx.tailSeen || t-rx.pos > l.in.cap {
+		return fmt.Errorf("rank %d sent a corrupt frame over shared memory: %w: published position %d outside [%d, %d]",
+			l.peer, transport.ErrProtocol, t, rx.tailSeen, rx.pos+l.in.cap)
+	}
+	rx.tailSeen = t
+	return nil
+}
+
+func (l *Link) publishHead() {
+	if l.rx.pos != l.rx.published {
+		l.in.head.Store(l.rx.pos)
+		l.rx.published = l.rx.pos
+	}
+}
+
+// receiveStop is the stop condition of the receive goroutine's waits.
+func (l *Link) receiveStop() error {
+	if l.closed.Load() {
+		return fmt.Errorf("%w: the link to rank %d was closed", transport.ErrClosed, l.peer)
+	}
+	if l.in.closedBy(senderClosed) {
+		if l.rx.inFrame {
+			return fmt.Errorf("%w: rank %d closed its shared-memory link in the middle of a frame", transport.ErrPeerLost, l.peer)
+		}
+		return fmt.Errorf("%w: rank %d closed its shared-memory link", transport.ErrPeerLost, l.peer)
+	}
+	// A tail that went backwards never satisfies a wait: catch it here.
+	if t := l.in.tail.Load(); t < l.rx.tailSeen {
+		return l.loadTail()
+	}
+	if now := time.Now(); now.Sub(l.rx.lastCheck) >= livenessEvery {
+		l.rx.lastCheck = now
+		if id := l.peerSlot.load(); id.dead(l.self) {
+			return fmt.Errorf("%w: rank %d (pid %d) exited without closing its shared-memory link", transport.ErrPeerLost, l.peer, id.pid)
+		}
+	}
+	return nil
+}
+
+// guarded runs f, which touches the region, turning a memory fault into
+// an error.
+func guarded(f func()) (err error) {
+	shmem.Guard()
+	defer func() { err = shmem.Recovered(recover(), err) }()
+	f()
+	return nil
+}
