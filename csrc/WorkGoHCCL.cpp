@@ -229,12 +229,18 @@ bool WorkQueue::pushOrClaim(
 
 void WorkQueue::runClaimed(const c10::intrusive_ptr<WorkGoHCCL>& work) {
   work->run();
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    wake = stopping_ || !queue_.empty();
   }
-  // Works queued meanwhile wait for running_ to clear.
-  cv_.notify_one();
+  // Works queued meanwhile, and a stop, wait for running_ to clear. Waking
+  // the worker for nothing would cost two context switches per synchronous
+  // op, several microseconds of a small op's latency.
+  if (wake) {
+    cv_.notify_one();
+  }
 }
 
 std::vector<c10::intrusive_ptr<WorkGoHCCL>> WorkQueue::stop(bool drain) {
