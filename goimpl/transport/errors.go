@@ -27,19 +27,52 @@ var (
 
 // PeerAbortError is how a rank learns why a peer's communicator failed: the
 // peer sent its error text in an abort frame (KindAbort) before closing its
-// links. It wraps ErrPeerLost: as far as this communicator is concerned, the
-// peer is gone.
+// links. It wraps ErrPeerLost (as far as this communicator is concerned, the
+// peer is gone) and the sentinel of the peer's failure, so that a mismatch
+// or a timeout is classified alike on every rank.
 type PeerAbortError struct {
 	// Rank is the rank that aborted.
 	Rank int
 	// Cause is its error, in its own words.
 	Cause string
+	// Class is the sentinel its error wrapped (ErrMismatch, ErrTimeout, ...),
+	// or nil if none this rank knows.
+	Class error
 }
 
 func (e *PeerAbortError) Error() string { return fmt.Sprintf("rank %d aborted: %s", e.Rank, e.Cause) }
 
-// Unwrap makes errors.Is(err, ErrPeerLost) hold.
-func (e *PeerAbortError) Unwrap() error { return ErrPeerLost }
+// Unwrap makes errors.Is hold for ErrPeerLost and for the peer's Class.
+func (e *PeerAbortError) Unwrap() []error {
+	if e.Class == nil || e.Class == ErrPeerLost {
+		return []error{ErrPeerLost}
+	}
+	return []error{e.Class, ErrPeerLost}
+}
+
+// abortClasses are the sentinels an abort frame can name, by their code on
+// the wire (the frame's tag); code 0 is none of them. The order is the order
+// of precedence when an error wraps several.
+var abortClasses = [...]error{nil, ErrMismatch, ErrSize, ErrTimeout, ErrProtocol, ErrPeerLost, ErrClosed}
+
+// abortClass returns the wire code of err's sentinel.
+func abortClass(err error) uint64 {
+	for code, class := range abortClasses {
+		if class != nil && errors.Is(err, class) {
+			return uint64(code)
+		}
+	}
+	return 0
+}
+
+// abortClassOf returns the sentinel of a wire code; nil for 0 or a code a
+// newer peer knows and this rank does not.
+func abortClassOf(code uint64) error {
+	if code < uint64(len(abortClasses)) {
+		return abortClasses[code]
+	}
+	return nil
+}
 
 // RecvTimeoutError is a receive whose deadline passed before its frame
 // arrived. It keeps what was awaited from whom, so that the communicator can

@@ -183,8 +183,9 @@ func (h *Header) Decode(b []byte) error {
 }
 
 // AbortFrame builds the abort frame a failing rank sends each peer: seq is
-// the sequence number of the collective it was in (0 if none) and cause its
-// error, cut to MaxAbortText bytes on a character boundary.
+// the sequence number of the collective it was in (0 if none), the tag the
+// code of the sentinel cause wraps (see PeerAbortError.Class), the payload
+// cause's text, cut to MaxAbortText bytes on a character boundary.
 func AbortFrame(seq uint64, cause error) (Header, []byte) {
 	text := cause.Error()
 	if len(text) > MaxAbortText {
@@ -194,5 +195,5 @@ func AbortFrame(seq uint64, cause error) (Header, []byte) {
 		}
 		text = text[:cut]
 	}
-	return Header{Fingerprint: Fingerprint{Kind: KindAbort}, Seq: seq, Len: uint32(len(text))}, []byte(text)
+	return Header{Fingerprint: Fingerprint{Kind: KindAbort}, Seq: seq, Tag: abortClass(cause), Len: uint32(len(text))}, []byte(text)
 }

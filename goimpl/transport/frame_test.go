@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func TestAbortFrame(t *testing.T) {
 	h, text := AbortFrame(7, errors.New("allreduce #7 on rank 2 failed: collective mismatch"))
 	assert.Equal(t, KindAbort, h.Kind)
 	assert.Equal(t, uint64(7), h.Seq)
+	assert.Equal(t, uint64(0), h.Tag, "a cause wrapping no sentinel")
 	assert.Equal(t, "allreduce #7 on rank 2 failed: collective mismatch", string(text))
 	assert.Equal(t, uint32(len(text)), h.Len)
 	var b [HeaderSize]byte
@@ -77,6 +79,16 @@ func TestAbortFrame(t *testing.T) {
 	assert.LessOrEqual(t, len(text), MaxAbortText)
 	assert.GreaterOrEqual(t, len(text), MaxAbortText-1)
 	assert.True(t, utf8.Valid(text), "cut inside a character")
+
+	// The tag names the sentinel the cause wraps, so the peer classifies
+	// the failure alike.
+	for _, class := range []error{ErrMismatch, ErrSize, ErrTimeout, ErrProtocol, ErrPeerLost, ErrClosed} {
+		h, _ := AbortFrame(1, fmt.Errorf("op failed: %w: details", class))
+		assert.Equal(t, class, abortClassOf(h.Tag), "%v", class)
+	}
+	h, _ = AbortFrame(1, fmt.Errorf("%w after %w", ErrTimeout, ErrMismatch))
+	assert.Equal(t, ErrMismatch, abortClassOf(h.Tag), "a mismatch takes precedence")
+	assert.Nil(t, abortClassOf(200), "a code from a newer peer")
 
 	// A decoder refuses an abort frame announcing more text than that.
 	h.Len = MaxAbortText + 1
@@ -167,7 +179,7 @@ func TestMatcherPeerAbort(t *testing.T) {
 			p2p := Recv{Peer: 1, Want: Header{Fingerprint: Fingerprint{Kind: KindSend, DType: reduce.Uint8, Count: 1}, Tag: 5, Len: 1}, Buf: make([]byte, 1)}
 			m.Post(&coll)
 			m.Post(&p2p)
-			h, text := AbortFrame(4, errors.New("barrier #4 on rank 2 failed: collective mismatch: details"))
+			h, text := AbortFrame(4, fmt.Errorf("barrier #4 on rank 2 failed: %w: details", ErrMismatch))
 			switch path {
 			case "deliver":
 				m.Deliver(2, &h, text)
@@ -183,6 +195,8 @@ func TestMatcherPeerAbort(t *testing.T) {
 			for _, r := range []*Recv{&coll, &p2p} {
 				require.True(t, r.Done())
 				require.ErrorIs(t, r.Err(), ErrPeerLost)
+				require.ErrorIs(t, r.Err(), ErrMismatch, "classified as the peer classified it")
+				require.NotErrorIs(t, r.Err(), ErrTimeout)
 				var pa *PeerAbortError
 				require.ErrorAs(t, r.Err(), &pa)
 				assert.Equal(t, 2, pa.Rank)

@@ -236,7 +236,7 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 	if h.Kind == KindAbort {
 		cause := strings.ToValidUTF8(string(buf), "?")
 		m.pool.put(buf)
-		m.close(&PeerAbortError{Rank: peer, Cause: cause})
+		m.close(&PeerAbortError{Rank: peer, Cause: cause, Class: abortClassOf(h.Tag)})
 		return
 	}
 	m.heardFrom(peer, h)
