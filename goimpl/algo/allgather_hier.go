@@ -20,13 +20,13 @@ import (
 // Terms: a block is one rank's count elements, at its rank's place in out;
 // a slice is the N blocks one local rank gathers across nodes. Blocks land
 // in out where they belong, so a slice is N blocks spread through out
-// (every L-th block when nodes hold consecutive ranks) and moves one block
-// per frame.
+// (every L-th block when nodes hold consecutive ranks); a frame that spans
+// blocks is packed and unpacked through a scratch slot (Op.exchangeSets).
 //
 // With L ranks per node and N nodes a rank sends (N-1)/N of S/L across
 // nodes and (L-1)/L of S inside its node (S the output), against (n-1)/n of
 // S across nodes for a flat ring; level1 takes N-1 steps (ring) or log2 N
-// (doubling), level0 L-1 or log2 L steps of N frames each. in may alias
+// (doubling), level0 L-1 or log2 L steps. in may alias
 // out's own block.
 func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0, level1 Level1) error {
 	n, r, bb := o.Size(), o.Rank(), count*o.esize()
@@ -50,9 +50,9 @@ func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0,
 	// Leg 1: slice l across nodes. Level1 rank m owns block h.Cross[m].
 	l1 := o.View(h.Cross, phaseLevel1)
 	if level1 == Level1RHD {
-		err = allGatherBlocksRD(l1, pattern.HalvingDoubling{Rank: l1.Rank(), Size: N}, h.Cross, 1, n, out, bb)
+		err = allGatherBlocksRD(l1, pattern.HalvingDoubling{Rank: l1.Rank(), Size: N}, h.Cross, 1, out, bb)
 	} else {
-		err = allGatherBlocksRing(l1, h.Cross, 1, n, out, bb)
+		err = allGatherBlocksRing(l1, h.Cross, 1, out, bb)
 	}
 	if err != nil {
 		return err
@@ -60,21 +60,20 @@ func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0,
 	// Leg 2: slices inside the node. Level0 rank c owns h.Order[c*N:(c+1)*N].
 	l0 := o.View(h.Local, phaseLevel0)
 	if level0 == Level0RHD {
-		return allGatherBlocksRD(l0, pattern.HalvingDoubling{Rank: l, Size: L}, h.Order, N, n, out, bb)
+		return allGatherBlocksRD(l0, pattern.HalvingDoubling{Rank: l, Size: L}, h.Order, N, out, bb)
 	}
-	return allGatherBlocksRing(l0, h.Order, N, n, out, bb)
+	return allGatherBlocksRing(l0, h.Order, N, out, bb)
 }
 
 // allGatherBlocksRing is the ring allgather of o's Size chunks, chunk c
 // being the blocks order[c*per : (c+1)*per] of buf (bb bytes each); this
-// rank starts owning chunk Rank(). width bounds the blocks of a step, for
-// tags.
-func allGatherBlocksRing(o *Op, order []int, per, width int, buf []byte, bb int) error {
+// rank starts owning chunk Rank().
+func allGatherBlocksRing(o *Op, order []int, per int, buf []byte, bb int) error {
 	ring := pattern.Ring{Rank: o.Rank(), Size: o.Size()}
-	chunk := func(c int) []int { return order[c*per : (c+1)*per] }
+	chunk := func(c int) blockSet { return blockSet{buf, order[c*per : (c+1)*per], bb} }
 	for s := 0; s < ring.Steps(); s++ {
-		err := o.swapBlocks(phaseAllGather, s, width, ring.Next(), chunk(ring.AGSendChunk(s)),
-			ring.Prev(), chunk(ring.AGRecvChunk(s)), buf, bb)
+		err := o.exchangeSets(phaseAllGather, s, ring.Next(), chunk(ring.AGSendChunk(s)),
+			ring.Prev(), chunk(ring.AGRecvChunk(s)), blockSet{}, false)
 		if err != nil {
 			return err
 		}
@@ -86,15 +85,15 @@ func allGatherBlocksRing(o *Op, order []int, per, width int, buf []byte, bb int)
 // (a power of two; hd must have no extra ranks), chunk c being the blocks
 // order[c*per : (c+1)*per] of buf: at step j a rank sends the chunks it
 // holds, Keep(k) for k = Steps()-1-j, and receives its partner's.
-func allGatherBlocksRD(o *Op, hd pattern.HalvingDoubling, order []int, per, width int, buf []byte, bb int) error {
+func allGatherBlocksRD(o *Op, hd pattern.HalvingDoubling, order []int, per int, buf []byte, bb int) error {
 	steps := hd.Steps()
 	for j := 0; j < steps; j++ {
 		k := steps - 1 - j
 		peer := hd.Partner(k)
 		keepLo, keepHi := hd.Keep(k)
 		sendLo, sendHi := hd.Send(k)
-		err := o.swapBlocks(phaseDoubling, j, width, peer, order[keepLo*per:keepHi*per],
-			peer, order[sendLo*per:sendHi*per], buf, bb)
+		err := o.exchangeSets(phaseDoubling, j, peer, blockSet{buf, order[keepLo*per : keepHi*per], bb},
+			peer, blockSet{buf, order[sendLo*per : sendHi*per], bb}, blockSet{}, false)
 		if err != nil {
 			return err
 		}

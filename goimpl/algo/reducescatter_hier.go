@@ -20,14 +20,14 @@ import (
 //
 // Terms: a block is one rank's count elements of the result, at its rank's
 // place in in; a slice, as in AllGatherHier. A slice's blocks are spread
-// through in (every L-th block when nodes hold consecutive ranks), so the
-// level0 leg moves one block per frame; its partial sums gather in the work
-// buffer, contiguous in node order, which the level1 leg reads as its
-// input.
+// through in (every L-th block when nodes hold consecutive ranks); the
+// level0 leg packs a frame that spans blocks through a scratch slot, and
+// its partial sums gather in the work buffer, contiguous in node order,
+// which the level1 leg reads as its input.
 //
 // With L ranks per node and N nodes a rank sends (L-1)/L of S inside its
 // node and (N-1)/N of S/L across nodes (S the input); level0 takes L-1 or
-// log2 L steps of N frames each, level1 N-1 or about log2 N steps. in is
+// log2 L steps, level1 N-1 or about log2 N steps. in is
 // not modified. The work buffer (o.Work) holds one slice for a level0 ring,
 // L/2 slices for level0 halving, one more slice for level1 halving.
 func ReduceScatterHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0, level1 Level1) error {
@@ -70,9 +70,9 @@ func ReduceScatterHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Lev
 		// node m is rank m and in is already the slice in node order.
 		slice = in
 	case level0 == Level0RHD:
-		slice, err = reduceScatterSlicesRH(l0, hd, in, h.Order, N, n, bb, w0)
+		slice, err = reduceScatterSlicesRH(l0, hd, in, h.Order, N, bb, w0)
 	default:
-		slice, err = reduceScatterSlicesRing(l0, in, h.Order, N, n, bb, w0)
+		slice, err = reduceScatterSlicesRing(l0, in, h.Order, N, bb, w0)
 	}
 	if err != nil {
 		return err
@@ -88,23 +88,19 @@ func ReduceScatterHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Lev
 // reduceScatterSlicesRing is the ring reduce-scatter of o's Size slices of
 // in, slice c being the blocks order[c*per : (c+1)*per] (bb bytes each):
 // the partial sums travel in acc (one slice, its blocks contiguous), which
-// ends holding slice Rank() reduced over the group. width bounds the blocks
-// of a step, for tags.
-func reduceScatterSlicesRing(o *Op, in []byte, order []int, per, width, bb int, acc []byte) ([]byte, error) {
+// ends holding slice Rank() reduced over the group.
+func reduceScatterSlicesRing(o *Op, in []byte, order []int, per, bb int, acc []byte) ([]byte, error) {
 	ring := pattern.Ring{Rank: o.Rank(), Size: o.Size()}
-	block := func(b int) []byte { return in[b*bb : (b+1)*bb] }
+	slice := func(c int) blockSet { return blockSet{in, order[c*per : (c+1)*per], bb} }
+	partial := blockSet{acc, nil, bb}
 	for s := 0; s < ring.Steps(); s++ {
-		sendC, recvC := ring.RSSendChunk(s), ring.RSRecvChunk(s)
-		for i := 0; i < per; i++ {
-			a := acc[i*bb : (i+1)*bb]
-			send := a // what arrived at step s-1 is what goes on at step s
-			if s == 0 {
-				send = block(order[sendC*per+i])
-			}
-			err := o.exchange(phaseReduceScatter, s*width+i, ring.Next(), send, ring.Prev(), block(order[recvC*per+i]), a)
-			if err != nil {
-				return nil, err
-			}
+		send := partial // what arrived at step s-1 goes on at step s
+		if s == 0 {
+			send = slice(ring.RSSendChunk(s))
+		}
+		err := o.exchangeSets(phaseReduceScatter, s, ring.Next(), send, ring.Prev(), slice(ring.RSRecvChunk(s)), partial, true)
+		if err != nil {
+			return nil, err
 		}
 	}
 	return acc, nil
@@ -115,28 +111,24 @@ func reduceScatterSlicesRing(o *Op, in []byte, order []int, per, width, bb int, 
 // blocks order[c*per : (c+1)*per]. acc holds the slices kept after the
 // first step, Keep(0), in slice order; it returns the part of acc holding
 // slice Rank(), reduced over the group.
-func reduceScatterSlicesRH(o *Op, hd pattern.HalvingDoubling, in []byte, order []int, per, width, bb int, acc []byte) ([]byte, error) {
+func reduceScatterSlicesRH(o *Op, hd pattern.HalvingDoubling, in []byte, order []int, per, bb int, acc []byte) ([]byte, error) {
 	base, _ := hd.Keep(0)
-	// at returns block i of the slices from slice lo on: in the input
-	// before the first reduce, in acc after.
-	at := func(k, lo, i int) []byte {
+	// slices returns slices [lo, hi): in the input before the first
+	// reduce, in acc after.
+	slices := func(k, lo, hi int) blockSet {
 		if k == 0 {
-			b := order[lo*per+i]
-			return in[b*bb : (b+1)*bb]
+			return blockSet{in, order[lo*per : hi*per], bb}
 		}
-		q := (lo-base)*per + i
-		return acc[q*bb : (q+1)*bb]
+		return blockSet{acc[(lo-base)*per*bb : (hi-base)*per*bb], nil, bb}
 	}
 	for k := 0; k < hd.Steps(); k++ {
 		keepLo, keepHi := hd.Keep(k)
-		sendLo, _ := hd.Send(k)
+		sendLo, sendHi := hd.Send(k)
 		peer := hd.Partner(k)
-		for i := 0; i < (keepHi-keepLo)*per; i++ {
-			q := (keepLo-base)*per + i
-			err := o.exchange(phaseHalving, k*width+i, peer, at(k, sendLo, i), peer, at(k, keepLo, i), acc[q*bb:(q+1)*bb])
-			if err != nil {
-				return nil, err
-			}
+		kept := blockSet{acc[(keepLo-base)*per*bb : (keepHi-base)*per*bb], nil, bb}
+		err := o.exchangeSets(phaseHalving, k, peer, slices(k, sendLo, sendHi), peer, slices(k, keepLo, keepHi), kept, true)
+		if err != nil {
+			return nil, err
 		}
 	}
 	q := (o.Rank() - base) * per
