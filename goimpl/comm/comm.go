@@ -11,6 +11,8 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +74,10 @@ type Comm struct {
 	op      algo.Op
 	scratch []byte
 
-	broken atomic.Pointer[error]
-	closed atomic.Bool
-	p2p    p2pState
+	broken   atomic.Pointer[error]
+	failOnce sync.Once // the first failure notifies the peers and closes the mesh
+	closed   atomic.Bool
+	p2p      p2pState
 
 	// hosts is each rank's host identity; topo groups ranks into nodes by
 	// it (or by GOHCCL_RANKS_PER_NODE); hier is this rank's two levels,
@@ -165,10 +168,17 @@ func (c *Comm) Describe() string {
 		c.id, c.rank, c.size, c.mesh.Classes(), len(c.scratch), c.op.Segment, reduce.ActivePath())
 }
 
-// Err returns the error that broke the communicator, or nil.
+// Err returns the error that broke the communicator, or nil. A peer's abort
+// frame breaks it too, even while no op of this rank was waiting.
 func (c *Comm) Err() error {
 	if p := c.broken.Load(); p != nil {
 		return *p
+	}
+	if err := c.mesh.Matcher().Err(); err != nil {
+		if c.broken.CompareAndSwap(nil, &err) {
+			c.log.Warnf("communicator broken: %v", err)
+		}
+		return *c.broken.Load()
 	}
 	return nil
 }
@@ -180,16 +190,152 @@ func (c *Comm) deadline(timeout time.Duration) time.Time {
 	return time.Now().Add(timeout)
 }
 
-// fail records err as the communicator's first error and closes the mesh, so
-// that every peer learns at once that this rank is gone instead of waiting
-// out its timeout. The caller then drains the receives it had posted (see
-// transport.Matcher.WaitClaimed), so that no transport writes into a
-// caller's buffer after the op returns.
-func (c *Comm) fail(err error) {
+// noticeTimeout bounds how long a failing communicator spends telling its
+// peers why (abort frames, docs/protocol.md): ample for one small frame into
+// a socket whose peer drains it continuously, short enough that a peer that
+// takes nothing delays the error only a little.
+const noticeTimeout = 500 * time.Millisecond
+
+// abortGrace is how long a failed op waits for a peer's abort frame when its
+// own error is that peer's connection loss: a send may see the connection
+// reset just before the receive side reads the frame that says why.
+const abortGrace = 100 * time.Millisecond
+
+// fail records err as the communicator's first error, sends every peer an
+// abort frame with it and closes the mesh, so that every peer learns at once
+// why this rank is gone instead of waiting out its timeout. The caller then
+// drains the receives it had posted (see transport.Matcher.WaitClaimed), so
+// that no transport writes into a caller's buffer after the op returns.
+func (c *Comm) fail(err error) { c.failAt(err, 0) }
+
+// failAt is fail from inside collective #seq.
+func (c *Comm) failAt(err error, seq uint64) {
 	if c.broken.CompareAndSwap(nil, &err) {
 		c.log.Warnf("communicator broken: %v", err)
 	}
-	c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, err))
+	// Once: a concurrent failure (a send beside a collective) must not close
+	// the links under the notices of the first.
+	c.failOnce.Do(func() {
+		first := c.Err()
+		var pa *transport.PeerAbortError
+		if !errors.As(first, &pa) && !c.closed.Load() {
+			// A rank that fails because a peer aborted stays quiet: the
+			// aborting rank told every peer itself.
+			c.notifyPeers(seq, first)
+		}
+		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, first))
+	})
+}
+
+// notifyPeers sends every peer an abort frame carrying cause, concurrently
+// and best effort: it returns when all are sent or noticeTimeout has passed.
+// A send still waiting then (for a link another send holds) ends when the
+// caller closes the mesh.
+func (c *Comm) notifyPeers(seq uint64, cause error) {
+	if c.size == 1 {
+		return
+	}
+	h, text := transport.AbortFrame(seq, cause)
+	deadline := time.Now().Add(noticeTimeout)
+	sent := make(chan struct{}, c.size)
+	for p := 0; p < c.size; p++ {
+		if p == c.rank {
+			continue
+		}
+		go func() {
+			hp := h
+			if err := c.mesh.Send(p, &hp, text, deadline); err != nil && c.cfg.Debug >= config.Info {
+				c.log.Infof("could not tell rank %d why this communicator failed: %v", p, err)
+			}
+			sent <- struct{}{}
+		}()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for n := 0; n < c.size-1; n++ {
+		select {
+		case <-sent:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// explain adds to a failed collective's error what this rank knows about
+// its cause: for a timeout, here or at the peer that aborted, which peers it
+// had not heard from; for a lost connection, the peer's own reason if it
+// sent an abort frame.
+func (c *Comm) explain(err error) error {
+	var te *transport.RecvTimeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%w; %s", err, c.silence(te.Peer))
+	}
+	var pa *transport.PeerAbortError
+	if errors.As(err, &pa) {
+		if errors.Is(pa, transport.ErrTimeout) {
+			// The peer's deadline passed first; the rank it names may
+			// itself have waited for another, which only this rank knows.
+			return fmt.Errorf("%w; on rank %d (this process): %s", err, c.rank, c.silence(transport.AnySource))
+		}
+		return err
+	}
+	if !errors.Is(err, transport.ErrPeerLost) {
+		return err
+	}
+	m := c.mesh.Matcher()
+	for start := time.Now(); m.Err() == nil && time.Since(start) < abortGrace; {
+		time.Sleep(time.Millisecond)
+	}
+	if errors.As(m.Err(), &pa) {
+		return fmt.Errorf("%w (this rank saw: %v)", pa, err)
+	}
+	return err
+}
+
+// silence describes the peers the timed-out collective #c.seq waited for:
+// the one whose receive expired and every one with a receive still posted
+// or failed (by the abort that ended it), each with the last collective this
+// rank heard from it. A receive of an earlier op never failed: that op would
+// have broken the communicator.
+func (c *Comm) silence(waited int) string {
+	seen := make([]bool, c.size)
+	var peers []int
+	add := func(p int) {
+		if p >= 0 && p < c.size && p != c.rank && !seen[p] {
+			seen[p] = true
+			peers = append(peers, p)
+		}
+	}
+	add(waited)
+	for i := range c.op.Recvs {
+		if r := &c.op.Recvs[i]; r.Pending() || (r.Done() && r.Err() != nil) {
+			add(r.Peer)
+		}
+	}
+	slices.Sort(peers)
+	m := c.mesh.Matcher()
+	var silent, stalled []string
+	for _, p := range peers {
+		switch last := m.LastSeq(p); {
+		case last == 0:
+			silent = append(silent, fmt.Sprintf("rank %d (no collective frame from it yet)", p))
+		case last < c.seq:
+			silent = append(silent, fmt.Sprintf("rank %d (last heard from in #%d)", p, last))
+		default:
+			stalled = append(stalled, fmt.Sprintf("rank %d", p))
+		}
+	}
+	var parts []string
+	if len(silent) > 0 {
+		parts = append(parts, fmt.Sprintf("not heard from in #%d: %s", c.seq, strings.Join(silent, ", ")))
+	}
+	if len(stalled) > 0 {
+		parts = append(parts, fmt.Sprintf("%s sent frames of #%d but not the awaited one", strings.Join(stalled, ", "), c.seq))
+	}
+	if len(parts) == 0 {
+		return "no peer was awaited"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Abort fails every op in progress and every later one.
@@ -253,8 +399,8 @@ func (c *Comm) end(err error) error {
 		return nil
 	}
 	fp := c.op.Stamp.Fingerprint
-	err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, err)
-	c.fail(err)
+	err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, c.explain(err))
+	c.failAt(err, c.seq)
 	for i := range c.op.Recvs {
 		c.mesh.Matcher().WaitClaimed(&c.op.Recvs[i])
 	}
