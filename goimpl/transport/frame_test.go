@@ -115,6 +115,64 @@ func FuzzHeaderDecode(f *testing.F) {
 		if string(out[:]) != string(in[:HeaderSize]) {
 			t.Fatalf("decode/encode changed the header: %x -> %x", in[:HeaderSize], out)
 		}
+		if h.Kind == KindAbort && h.Len > MaxAbortText {
+			t.Fatalf("accepted an abort frame of %d bytes", h.Len)
+		}
+	})
+}
+
+// FuzzMatcherDeliver hands arbitrary frames that decode to a matcher with
+// a collective and a point-to-point receive posted, as a link would: it
+// must not panic, and a receive that completes without error got exactly
+// the frame it asked for. The seed corpus is in testdata/fuzz.
+func FuzzMatcherDeliver(f *testing.F) {
+	want := Header{Fingerprint: Fingerprint{Kind: KindAllReduce, DType: reduce.Float32, Count: 1}, Seq: 1, Len: 4}
+	for _, h := range []Header{want, {Fingerprint: Fingerprint{Kind: KindSend, DType: reduce.Uint8, Count: 2}, Tag: 5, Len: 2}} {
+		var b [HeaderSize]byte
+		h.Encode(b[:])
+		f.Add(b[:], []byte{1, 2, 3, 4}, false)
+	}
+	h, text := AbortFrame(1, fmt.Errorf("%w: x", ErrTimeout))
+	var b [HeaderSize]byte
+	h.Encode(b[:])
+	f.Add(b[:], text, true)
+	f.Fuzz(func(t *testing.T, in, payload []byte, viaStash bool) {
+		var h Header
+		if h.Decode(in) != nil || h.Len > 1<<16 {
+			return
+		}
+		if len(payload) > int(h.Len) {
+			payload = payload[:h.Len]
+		}
+		payload = append(payload, make([]byte, int(h.Len)-len(payload))...)
+		m := NewMatcher(0, 2)
+		coll := Recv{Peer: 1, Want: want, Buf: make([]byte, 4)}
+		p2p := Recv{Peer: AnySource, Want: Header{Fingerprint: Fingerprint{Kind: KindSend, DType: reduce.Uint8, Count: 2}, Tag: 5, Len: 2}, Buf: make([]byte, 2)}
+		m.Post(&coll)
+		m.Post(&p2p)
+		if viaStash {
+			if dst, r, discard := m.Arrive(1, &h); r != nil {
+				copy(dst, payload)
+				m.Complete(r, nil)
+			} else if !discard {
+				buf := m.StashBuffer(len(payload))
+				copy(buf, payload)
+				m.Stash(1, &h, buf)
+			}
+		} else {
+			m.Deliver(1, &h, payload)
+		}
+		for _, r := range []*Recv{&coll, &p2p} {
+			if r.Done() && r.Err() == nil && (h.Kind != r.Want.Kind || h.Len != r.Want.Len || h.Tag != r.Want.Tag) {
+				t.Fatalf("receive for %v completed by %v", r.Want, h)
+			}
+		}
+		if h.Kind == KindAbort {
+			var pa *PeerAbortError
+			if !errors.As(coll.Err(), &pa) || pa.Rank != 1 || !errors.As(p2p.Err(), &pa) || m.Err() == nil {
+				t.Fatalf("an abort frame did not fail the receives: %v, %v", coll.Err(), p2p.Err())
+			}
+		}
 	})
 }
 

@@ -66,8 +66,16 @@ func FuzzHelloDecode(f *testing.F) {
 	f.Add(make([]byte, helloSize))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, err := decodeHello(in)
-		if err == nil {
-			_ = h.verify(id, 0) // must not panic
+		if err != nil {
+			return
+		}
+		var out [helloSize]byte
+		h.encode(out[:])
+		if string(out[:]) != string(in) {
+			t.Fatalf("decode/encode changed the handshake: %x -> %x", in, out)
+		}
+		if h.verify(id, 0) == nil && (h.Token != id.Token || h.CommID != id.CommID || h.From != 1) {
+			t.Fatalf("verified a handshake that is not rank 1's of this communicator: %+v", h)
 		}
 	})
 }
