@@ -12,6 +12,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // worldWith is world with a configuration of the caller's.
@@ -42,7 +43,9 @@ func TestForcedAlgorithms(t *testing.T) {
 	}
 	setups := []setup{{"ring", 0}, {"tree", 0}, {"dtree", 0}, {"rhd", 0}, {"binomial", 0},
 		{"level0:ring;level1:tree", 2}, {"level0:rhd;level1:dtree", 2}, {"level1:rhd", 3},
-		{"allreduce=level0:ring;level1:ring/allgather=rhd/broadcast=dtree/reduce=tree", 2}}
+		{"allreduce=level0:ring;level1:ring/allgather=rhd/broadcast=dtree/reduce=tree", 2},
+		{"level0:rhd;level1:rhd", 2}, {"allgather=level0:ring;level1:ring/reducescatter=level0:ring;level1:rhd", 3},
+		{"allgather=level1:rhd/reducescatter=level0:rhd", 2}}
 	for _, s := range setups {
 		for _, n := range []int{3, 4, 6} {
 			t.Run(fmt.Sprintf("%s/k%d/n%d", s.algo, s.perNode, n), func(t *testing.T) {
@@ -84,6 +87,19 @@ func TestForcedAlgorithms(t *testing.T) {
 				}))
 				for r := range outs {
 					require.Equal(t, want, outs[r], "allgather rank %d", r)
+				}
+				ins := make([][]int64, n)
+				for r := range outs {
+					ins[r] = reftest.Ints(r, n*777, 22)
+					bufs[r] = reftest.Encode(reduce.Int32, ins[r])
+					outs[r] = make([]byte, 4*777)
+				}
+				noErrors(t, worldWith(t, n, cfg, func(c *Comm) error {
+					return c.ReduceScatter(bufs[c.Rank()], outs[c.Rank()], 777, reduce.Int32, reduce.Sum, 0)
+				}))
+				sum := reftest.Reduce(reduce.Sum, ins)
+				for r := range outs {
+					require.Equal(t, reftest.Encode(reduce.Int32, sum[r*777:(r+1)*777]), outs[r], "reduce_scatter rank %d", r)
 				}
 			})
 		}
@@ -127,5 +143,58 @@ func TestTopologyFromHosts(t *testing.T) {
 	}))
 	for r := range bufs {
 		require.Equal(t, reftest.Encode(reduce.Int64, reftest.Reduce(reduce.Sum, inputs)), bufs[r])
+	}
+}
+
+// TestVectorHierOnDealtHosts runs the hierarchical allgather and
+// reduce-scatter on hosts that hold every other rank, so a node's ranks are
+// not consecutive and a slice's blocks are spread out, and checks that the
+// tuner really chose the forced forms.
+func TestVectorHierOnDealtHosts(t *testing.T) {
+	n := 6
+	hosts := []string{"a", "b", "a", "b", "a", "b"}
+	meshes := inproc.NewWorld(n)
+	comms := make([]*Comm, n)
+	cfg := smallBuffers()
+	cfg.Algo = "allgather=level0:ring;level1:ring/reducescatter=level0:ring;level1:rhd"
+	for r := range comms {
+		c, err := FromMesh(meshes[r], Options{Rank: r, Size: n, Config: cfg, Hosts: hosts})
+		require.NoError(t, err)
+		defer c.Close()
+		comms[r] = c
+	}
+	require.Equal(t, "2 nodes x 3 ranks", comms[0].topo.String())
+	for _, count := range []int{1, 5, 40001} {
+		bytes := 8 * count * n
+		assert.Equal(t, tune.Choice{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Ring}, comms[0].tuner.Choose(tune.AllGather, bytes))
+		assert.Equal(t, tune.Choice{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.RHD}, comms[0].tuner.Choose(tune.ReduceScatter, bytes))
+		ins := make([][]int64, n)
+		bufs := make([][]byte, n)
+		outs := make([][]byte, n)
+		var want []byte
+		for r := range bufs {
+			ins[r] = reftest.Ints(r, count, 24)
+			bufs[r] = reftest.Encode(reduce.Int64, ins[r])
+			want = append(want, bufs[r]...)
+			outs[r] = make([]byte, n*len(bufs[r]))
+		}
+		noErrors(t, runAll(comms, func(c *Comm) error {
+			return c.AllGather(bufs[c.Rank()], outs[c.Rank()], count, reduce.Int64, 0)
+		}))
+		for r := range outs {
+			require.Equal(t, want, outs[r], "allgather count %d rank %d", count, r)
+		}
+		for r := range bufs {
+			ins[r] = reftest.Ints(r, n*count, 25)
+			bufs[r] = reftest.Encode(reduce.Int64, ins[r])
+			outs[r] = make([]byte, 8*count)
+		}
+		noErrors(t, runAll(comms, func(c *Comm) error {
+			return c.ReduceScatter(bufs[c.Rank()], outs[c.Rank()], count, reduce.Int64, reduce.Max, 0)
+		}))
+		top := reftest.Reduce(reduce.Max, ins)
+		for r := range outs {
+			require.Equal(t, reftest.Encode(reduce.Int64, top[r*count:(r+1)*count]), outs[r], "reduce_scatter count %d rank %d", count, r)
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
-	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // checkBuf refuses a buffer whose length is not count elements of dt.
@@ -120,10 +119,7 @@ func (c *Comm) AllGather(in, out []byte, count int, dt reduce.DType, timeout tim
 	if err != nil {
 		return err
 	}
-	if c.tuner.Choose(tune.AllGather, len(out)).Algo == tune.RHD {
-		return c.end(algo.AllGatherRD(o, in, out, count))
-	}
-	return c.end(algo.AllGatherRing(o, in, out, count))
+	return c.end(c.allGather(o, in, out, count))
 }
 
 // ReduceScatter reduces in (Size*count elements) and leaves block Rank in
@@ -143,7 +139,7 @@ func (c *Comm) ReduceScatter(in, out []byte, count int, dt reduce.DType, op redu
 	if err != nil {
 		return err
 	}
-	if err := algo.ReduceScatterRing(o, in, out, count); err != nil {
+	if err := c.reduceScatter(o, in, out, count); err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, out)

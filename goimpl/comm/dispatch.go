@@ -9,13 +9,56 @@ import (
 func (c *Comm) allReduce(o *algo.Op, buf []byte, count int) error {
 	ch := c.tuner.Choose(tune.AllReduce, len(buf))
 	if ch.Algo == tune.Hier {
-		l0 := algo.Level0Ring
-		if ch.Level0 == tune.RHD {
-			l0 = algo.Level0RHD
-		}
-		return algo.AllReduceHier(o, buf, count, c.hier, l0, allReduceFunc(ch.Level1))
+		return algo.AllReduceHier(o, buf, count, c.hier, level0(ch.Level0), allReduceFunc(ch.Level1))
 	}
 	return allReduceFunc(ch.Algo)(o, buf, count)
+}
+
+// level0 and level1 name the schedules of a hierarchical choice's levels.
+func level0(a tune.Algo) algo.Level0 {
+	if a == tune.RHD {
+		return algo.Level0RHD
+	}
+	return algo.Level0Ring
+}
+
+func level1(a tune.Algo) algo.Level1 {
+	if a == tune.RHD {
+		return algo.Level1RHD
+	}
+	return algo.Level1Ring
+}
+
+// hierarchy is this rank's two levels with the slice order the
+// hierarchical allgather and reduce-scatter need.
+func (c *Comm) hierarchy() algo.Hierarchy {
+	h := c.hier
+	h.Order = c.topo.SliceOrder()
+	return h
+}
+
+// allGather runs the allgather schedule the tuner picks for this output
+// size.
+func (c *Comm) allGather(o *algo.Op, in, out []byte, count int) error {
+	switch ch := c.tuner.Choose(tune.AllGather, len(out)); ch.Algo {
+	case tune.RHD:
+		return algo.AllGatherRD(o, in, out, count)
+	case tune.Hier:
+		return algo.AllGatherHier(o, in, out, count, c.hierarchy(), level0(ch.Level0), level1(ch.Level1))
+	}
+	return algo.AllGatherRing(o, in, out, count)
+}
+
+// reduceScatter runs the reduce-scatter schedule the tuner picks for this
+// input size.
+func (c *Comm) reduceScatter(o *algo.Op, in, out []byte, count int) error {
+	switch ch := c.tuner.Choose(tune.ReduceScatter, len(in)); ch.Algo {
+	case tune.RHD:
+		return algo.ReduceScatterRH(o, in, out, count)
+	case tune.Hier:
+		return algo.ReduceScatterHier(o, in, out, count, c.hierarchy(), level0(ch.Level0), level1(ch.Level1))
+	}
+	return algo.ReduceScatterRing(o, in, out, count)
 }
 
 func allReduceFunc(a tune.Algo) algo.AllReduceFunc {

@@ -137,22 +137,42 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*S/l.Bandwidth
 		case RHD:
 			return m.rhd(s, S, false)
+		case Hier: // level1 gathers the slice (S/L) across nodes, level0 the slices inside
+			return m.Cost(AllGather, level(c.Level1), crossShape(s, S)) + m.Cost(AllGather, level(c.Level0), nodeShape(s, S))
 		}
 	case ReduceScatter:
-		if c.Algo == Ring {
+		switch c.Algo {
+		case Ring:
 			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*(S/l.Bandwidth+red)
+		case RHD:
+			return m.halving(s, S)
+		case Hier: // level0 reduce-scatters the slices inside the node, level1 the slice across
+			return m.Cost(ReduceScatter, level(c.Level0), nodeShape(s, S)) + m.Cost(ReduceScatter, level(c.Level1), crossShape(s, S))
 		}
 	}
 	panic(fmt.Sprintf("tune: no price for %s %s", coll, c))
 }
 
 // rhd prices recursive halving-doubling (both halves when full, the
-// doubling allgather alone otherwise). Step k exchanges over distance
-// p>>(k+1) in virtual ranks, which stays inside a node when the nodes'
-// ranks are consecutive and the distance is below the node size.
+// doubling allgather alone otherwise).
 func (m Model) rhd(s Shape, S float64, full bool) float64 {
+	if !full {
+		return m.rhdSteps(s, S, false)
+	}
+	t := m.rhdSteps(s, S, true) + m.rhdSteps(s, S, false)
+	if s.N > 1<<log2floor(s.N) {
+		l := m.flat(s)
+		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW // one-way transfers stream
+	}
+	return t
+}
+
+// rhdSteps prices the log2 p halving steps (reducing) or doubling steps of
+// S bytes. Step k exchanges over distance p>>(k+1) in virtual ranks, which
+// stays inside a node when the nodes' ranks are consecutive and the
+// distance is below the node size.
+func (m Model) rhdSteps(s Shape, S float64, reducing bool) float64 {
 	p := 1 << log2floor(s.N)
-	e := s.N - p
 	var t float64
 	for k := 0; k < log2floor(s.N); k++ {
 		d := p >> (k + 1)
@@ -161,16 +181,44 @@ func (m Model) rhd(s Shape, S float64, full bool) float64 {
 			l = m.Intra
 		}
 		b := S * float64(d) / float64(p)
-		step := m.frames(b)*l.Latency + b/l.Bandwidth
-		if full {
-			t += 2*step + b/m.ReduceBW
-		} else {
-			t += step
+		t += m.frames(b)*l.Latency + b/l.Bandwidth
+		if reducing {
+			t += b / m.ReduceBW
 		}
 	}
-	if e > 0 && full {
+	return t
+}
+
+// level is the flat choice a hierarchical form runs at one level; a level
+// left auto is priced as ring, which is what runs it when nothing fills it.
+func level(a Algo) Choice {
+	if a == Auto {
+		a = Ring
+	}
+	return Choice{Algo: a}
+}
+
+// nodeShape is the shape of one node's level0 group of s moving S bytes: PerNode
+// ranks on the intra-node link.
+func nodeShape(s Shape, S float64) Shape {
+	return Shape{N: s.PerNode, Nodes: 1, PerNode: s.PerNode, Consecutive: true, Bytes: S}
+}
+
+// crossShape is the shape of a level1 group of s, one rank per node, moving the
+// slice of S that one local rank owns: S/PerNode bytes.
+func crossShape(s Shape, S float64) Shape {
+	return Shape{N: s.Nodes, Nodes: s.Nodes, PerNode: 1, Consecutive: true, Bytes: S / float64(s.PerNode)}
+}
+
+// halving prices the recursive-halving reduce-scatter of S bytes: its
+// halving steps, and with folding the whole input in one way (the segments
+// stream) and one block back.
+func (m Model) halving(s Shape, S float64) float64 {
+	p := 1 << log2floor(s.N)
+	t := m.rhdSteps(s, S, true)
+	if s.N > p {
 		l := m.flat(s)
-		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW // one-way transfers stream
+		t += l.Latency + S/l.Bandwidth + S/m.ReduceBW + m.frames(S/float64(s.N))*l.Latency + S/float64(s.N)/l.Bandwidth
 	}
 	return t
 }
@@ -181,6 +229,9 @@ func CanRun(coll Coll, c Choice, s Shape) error {
 	if !Has(coll, c.Algo) {
 		return fmt.Errorf("%s has no %s algorithm", coll, c.Algo)
 	}
+	if err := checkLevels(coll, c); err != nil {
+		return err
+	}
 	switch {
 	case coll == AllGather && c.Algo == RHD && s.N&(s.N-1) != 0:
 		return fmt.Errorf("recursive doubling needs a power-of-two group, not %d ranks", s.N)
@@ -188,6 +239,8 @@ func CanRun(coll Coll, c Choice, s Shape) error {
 		return fmt.Errorf("hierarchical needs the same number of ranks on every node")
 	case c.Algo == Hier && c.Level0 == RHD && s.PerNode&(s.PerNode-1) != 0:
 		return fmt.Errorf("level0 halving-doubling needs a power-of-two node size, not %d", s.PerNode)
+	case coll == AllGather && c.Algo == Hier && c.Level1 == RHD && s.Nodes&(s.Nodes-1) != 0:
+		return fmt.Errorf("level1 recursive doubling needs a power-of-two number of nodes, not %d", s.Nodes)
 	}
 	return nil
 }

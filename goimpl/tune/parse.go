@@ -36,7 +36,7 @@ const (
 	Ring          // ring (all-reduce, allgather, reduce-scatter) or pipelined chain (broadcast, reduce)
 	Tree          // pipelined binary tree
 	DTree         // double binary tree
-	RHD           // recursive halving-doubling (recursive doubling for allgather)
+	RHD           // recursive halving-doubling (recursive doubling for allgather, halving for reduce-scatter)
 	Binomial      // binomial tree (broadcast, reduce)
 	Hier          // level0 inside each node, level1 across nodes
 	numAlgos
@@ -70,17 +70,44 @@ func (s Spec) IsAuto() bool { return s == Spec{} }
 
 // forms lists the valid forms, for error messages.
 const forms = "valid forms: auto | ring | tree | dtree | rhd | binomial | level0:ring;level1:tree " +
-	"(level0: ring or rhd, level1: ring, tree, dtree or rhd; either level may be left out or auto) | " +
+	"(level0: ring or rhd, level1: ring, tree, dtree or rhd for allreduce, ring or rhd for allgather and reducescatter; " +
+	"either level may be left out or auto) | " +
 	"per collective COLL=FORM joined by '/', COLL one of allreduce, broadcast, reduce, allgather, reducescatter, " +
-	"e.g. allreduce=level0:ring;level1:rhd/allgather=ring"
+	"e.g. allreduce=level0:ring;level1:rhd/allgather=level0:ring;level1:ring/reducescatter=rhd"
 
 // valid lists, per collective, the algorithms it has.
 var valid = [NumColls][]Algo{
 	AllReduce:     {Ring, Tree, DTree, RHD, Hier},
 	Broadcast:     {Ring, Binomial, Tree, DTree},
 	Reduce:        {Ring, Binomial, Tree, DTree},
+	AllGather:     {Ring, RHD, Hier},
+	ReduceScatter: {Ring, RHD, Hier},
+}
+
+// levels1 lists, per collective, the algorithms its hierarchical form runs
+// at level1 (level0 runs ring or rhd for every collective).
+var levels1 = [NumColls][]Algo{
+	AllReduce:     {Ring, Tree, DTree, RHD},
 	AllGather:     {Ring, RHD},
-	ReduceScatter: {Ring},
+	ReduceScatter: {Ring, RHD},
+}
+
+// checkLevels says why the hierarchical choice c cannot be coll's: a level1
+// algorithm coll's hierarchical form lacks. Auto levels pass.
+func checkLevels(coll Coll, c Choice) error {
+	if c.Algo != Hier || c.Level1 == Auto {
+		return nil
+	}
+	for _, a := range levels1[coll] {
+		if a == c.Level1 {
+			return nil
+		}
+	}
+	ns := names(levels1[coll])
+	if i := strings.LastIndex(ns, ", "); i >= 0 {
+		ns = ns[:i] + " or " + ns[i+2:]
+	}
+	return fmt.Errorf("%s's level1 runs %s, not %s", coll, ns, c.Level1)
 }
 
 // Has reports whether collective c has algorithm a (Auto always).
@@ -141,6 +168,9 @@ func ParseAlgo(s string) (Spec, error) {
 		}
 		if !Has(c, ch.Algo) {
 			return fail("%s has no %s algorithm (it has %s)", c, ch.Algo, names(valid[c]))
+		}
+		if err := checkLevels(c, ch); err != nil {
+			return fail("%v", err)
 		}
 		spec.Per[c], set[c] = ch, true
 	}

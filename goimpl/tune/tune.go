@@ -24,20 +24,25 @@ type Row struct {
 // more ranks each.
 func Candidates(coll Coll, s Shape) []Choice {
 	var cs []Choice
+	hier := false
 	for _, a := range valid[coll] {
 		if a != Hier {
 			cs = append(cs, Choice{Algo: a})
 		}
+		hier = hier || a == Hier
 	}
-	if coll == AllReduce && s.Nodes >= 2 && s.PerNode >= 2 {
-		for _, l0 := range []Algo{Ring, RHD} {
-			for _, l1 := range []Algo{Ring, Tree, DTree, RHD} {
+	if hier && s.Nodes >= 2 && s.PerNode >= 2 {
+		for _, l0 := range levels0 {
+			for _, l1 := range levels1[coll] {
 				cs = append(cs, Choice{Algo: Hier, Level0: l0, Level1: l1})
 			}
 		}
 	}
 	return cs
 }
+
+// levels0 lists the algorithms a hierarchical form runs at level0.
+var levels0 = []Algo{Ring, RHD}
 
 // Price prices every candidate for coll moving bytes on s.
 func (m Model) Price(coll Coll, s Shape, bytes float64) []Row {
@@ -116,7 +121,7 @@ func (t *Tuner) choose(coll Coll, bytes, class int) Choice {
 	forced := t.spec.Per[coll]
 	if forced.Algo != Auto {
 		if forced.Algo == Hier {
-			forced = t.fillLevels(forced, s)
+			forced = t.fillLevels(coll, forced, s)
 		}
 		err := CanRun(coll, forced, s)
 		if err == nil {
@@ -134,8 +139,8 @@ func (t *Tuner) choose(coll Coll, bytes, class int) Choice {
 	return c
 }
 
-// fillLevels picks the cheapest algorithm for a level left as auto.
-func (t *Tuner) fillLevels(c Choice, s Shape) Choice {
+// fillLevels picks the cheapest algorithm for a level of coll left as auto.
+func (t *Tuner) fillLevels(coll Coll, c Choice, s Shape) Choice {
 	pick := func(set func(*Choice, Algo), opts []Algo) {
 		var rows []Row
 		for _, a := range opts {
@@ -148,18 +153,18 @@ func (t *Tuner) fillLevels(c Choice, s Shape) Choice {
 				x.Level1 = Ring
 			}
 			r := Row{Choice: x}
-			if r.Err = CanRun(AllReduce, x, s); r.Err == nil {
-				r.Seconds = t.model.Cost(AllReduce, x, s)
+			if r.Err = CanRun(coll, x, s); r.Err == nil {
+				r.Seconds = t.model.Cost(coll, x, s)
 			}
 			rows = append(rows, r)
 		}
 		c = Best(rows)
 	}
 	if c.Level0 == Auto {
-		pick(func(x *Choice, a Algo) { x.Level0 = a }, []Algo{Ring, RHD})
+		pick(func(x *Choice, a Algo) { x.Level0 = a }, levels0)
 	}
 	if c.Level1 == Auto {
-		pick(func(x *Choice, a Algo) { x.Level1 = a }, []Algo{Ring, Tree, DTree, RHD})
+		pick(func(x *Choice, a Algo) { x.Level1 = a }, levels1[coll])
 	}
 	return c
 }
