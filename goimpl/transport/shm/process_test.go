@@ -26,16 +26,23 @@ import (
 // variables tell the child its role and its segment; TestMain runs the
 // child instead of the tests when they are set.
 const (
-	envRole    = "GOHCCL_SHM_TEST_ROLE"
-	envSegment = "GOHCCL_SHM_TEST_SEGMENT"
-	envRing    = "GOHCCL_SHM_TEST_RING"
-	envSize    = "GOHCCL_SHM_TEST_SIZE"
+	envRole    = "SHMLINK_TEST_ROLE"
+	envSegment = "SHMLINK_TEST_SEGMENT"
+	envRing    = "SHMLINK_TEST_RING"
+	envSize    = "SHMLINK_TEST_SIZE"
 )
 
 // The parent is local rank 0 (communicator rank 0), the child local rank 1.
 var pairRanks = []int{0, 1}
 
 func TestMain(m *testing.M) {
+	// SHMLINK_TEST_SPIN (a duration) and SHMLINK_TEST_YIELD set the wait
+	// policy of the tests and of their children, to compare policies in
+	// the benchmarks.
+	if v := os.Getenv("SHMLINK_TEST_SPIN"); v != "" {
+		d, _ := time.ParseDuration(v)
+		shmem.SetPolicy(shmem.Policy{Spin: d, Yield: os.Getenv("SHMLINK_TEST_YIELD") != ""})
+	}
 	if role := os.Getenv(envRole); role != "" {
 		if err := runChild(role); err != nil {
 			fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
