@@ -168,7 +168,8 @@ func waitFor(c *sync.Cond, d time.Duration) {
 }
 
 // Run simulates one collective with choice c on net, moving bytes (the
-// all-reduce, broadcast or reduce buffer; the allgather output), and returns
+// all-reduce, broadcast or reduce buffer; the allgather output; the
+// reduce-scatter input), and returns
 // the virtual time until the last rank finishes.
 func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
 	n := net.Ranks
@@ -190,6 +191,7 @@ func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
 	}
 	count := bytes / 4
 	shared := make([]byte, count*4) // never written: virtual payloads
+	work := make([]byte, count*4)   // Op.Work of every rank, virtual too
 	scratch := make([]byte, 4*net.Segment)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -197,7 +199,7 @@ func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = runRank(w, e, coll, c, shared, scratch, count)
+			errs[r] = runRank(w, e, coll, c, shared, scratch, work, count)
 		}()
 	}
 	wg.Wait()
@@ -211,14 +213,14 @@ func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
 	return end, nil
 }
 
-func runRank(w *world, e *endpoint, coll tune.Coll, c tune.Choice, buf, scratch []byte, count int) error {
+func runRank(w *world, e *endpoint, coll tune.Coll, c tune.Choice, buf, scratch, work []byte, count int) error {
 	cost := func(b []byte) {
 		if rb := w.net.ReduceBW; rb > 0 && !math.IsInf(rb, 1) {
 			e.clock += float64(len(b)) / rb
 		}
 	}
 	o := &algo.Op{Mesh: e, Scratch: scratch, Segment: w.net.Segment, Recvs: make([]transport.Recv, 8),
-		DType: reduce.Float32, Deadline: time.Now().Add(time.Hour),
+		DType: reduce.Float32, Deadline: time.Now().Add(time.Hour), Work: work,
 		Kernel:  func(dst, _ []byte) { cost(dst) },
 		Kernel3: func(dst, _, _ []byte) { cost(dst) }}
 	o.Stamp = transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindAllReduce, DType: reduce.Float32, Count: uint64(count)}, Seq: 1}
@@ -247,15 +249,42 @@ func runRank(w *world, e *endpoint, coll tune.Coll, c tune.Choice, buf, scratch 
 			return algo.BroadcastDoubleTree(o, buf, 0)
 		}
 		return algo.BroadcastTree(o, buf, 0)
-	case tune.AllGather:
+	case tune.AllGather, tune.ReduceScatter:
 		per := count / n
-		in := buf[e.rank*per*4 : (e.rank+1)*per*4]
-		if c.Algo == tune.RHD {
-			return algo.AllGatherRD(o, in, buf[:n*per*4], per)
+		whole, own := buf[:n*per*4], buf[e.rank*per*4:(e.rank+1)*per*4]
+		var h algo.Hierarchy
+		if c.Algo == tune.Hier {
+			l0, l1, err := w.topo.Levels(e.rank)
+			if err != nil {
+				return err
+			}
+			h = algo.Hierarchy{Local: l0, Cross: l1, Order: w.topo.SliceOrder()}
 		}
-		return algo.AllGatherRing(o, in, buf[:n*per*4], per)
+		lv0, lv1 := algo.Level0Ring, algo.Level1Ring
+		if c.Level0 == tune.RHD {
+			lv0 = algo.Level0RHD
+		}
+		if c.Level1 == tune.RHD {
+			lv1 = algo.Level1RHD
+		}
+		if coll == tune.AllGather {
+			switch c.Algo {
+			case tune.RHD:
+				return algo.AllGatherRD(o, own, whole, per)
+			case tune.Hier:
+				return algo.AllGatherHier(o, own, whole, per, h, lv0, lv1)
+			}
+			return algo.AllGatherRing(o, own, whole, per)
+		}
+		switch c.Algo {
+		case tune.RHD:
+			return algo.ReduceScatterRH(o, whole, own, per)
+		case tune.Hier:
+			return algo.ReduceScatterHier(o, whole, own, per, h, lv0, lv1)
+		}
+		return algo.ReduceScatterRing(o, whole, own, per)
 	}
-	return fmt.Errorf("the simulator runs allreduce, broadcast and allgather, not %s", coll)
+	return fmt.Errorf("the simulator runs allreduce, broadcast, allgather and reducescatter, not %s", coll)
 }
 
 func allReduceFunc(a tune.Algo) algo.AllReduceFunc {

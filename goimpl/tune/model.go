@@ -80,6 +80,54 @@ func (m Model) pipelined(l Link, depth int, b float64, perSeg float64) float64 {
 	return float64(depth)*l.Latency + (float64(depth)+nseg-1)*perSeg*seg/l.Bandwidth
 }
 
+// hops prices one segment of seg bytes crossing one edge of a ring or chain
+// in rank order on s: avg is the average over the ring's edges of latency
+// plus serialization, slowest the serialization on its slowest edge. Across
+// nodes whose ranks are consecutive only Nodes of the ring's N edges join
+// two nodes; otherwise every edge is taken to (the worst case).
+func (m Model) hops(s Shape, seg float64) (avg, slowest float64) {
+	hop := func(l Link) float64 { return l.Latency + seg/l.Bandwidth }
+	if s.Nodes <= 1 {
+		return hop(m.Intra), seg / m.Intra.Bandwidth
+	}
+	n, cross := float64(s.N), float64(s.N)
+	if s.Consecutive {
+		cross = float64(s.Nodes)
+	}
+	return (cross*hop(m.Inter) + (n-cross)*hop(m.Intra)) / n, seg / math.Min(m.Inter.Bandwidth, m.Intra.Bandwidth)
+}
+
+// ring prices steps ring steps that each move chunk bytes from every rank
+// to the next, reducing on arrival when reducing. A rank sends segment j+1
+// only once segment j from the previous rank is in (and reduced), so the
+// segments form one chain of hops that goes round the ring, one edge per
+// hop: it pays the average edge, not the slowest, steps x frames times.
+// The slowest edge carries every segment in turn too; when serializing them
+// takes longer than the chain it sets the pace instead. (Charging every hop
+// the slowest edge, as this model once did, priced a flat ring over 4 nodes
+// x 8 ranks at 3.3x its simulated time for 64 KiB.)
+func (m Model) ring(s Shape, steps int, chunk float64, reducing bool) float64 {
+	f := m.frames(chunk)
+	seg := chunk / f
+	avg, slowest := m.hops(s, seg)
+	if reducing {
+		avg += seg / m.ReduceBW
+	}
+	return float64(steps) * f * math.Max(avg, slowest)
+}
+
+// chain prices a pipelined chain of depth edges in rank order streaming b
+// bytes in segments: the first segment takes depth hops, each later one
+// follows at the pace of the slowest edge.
+func (m Model) chain(s Shape, depth int, b float64) float64 {
+	seg := math.Min(float64(m.Segment), b)
+	if seg <= 0 {
+		return 0
+	}
+	avg, slowest := m.hops(s, seg)
+	return float64(depth)*avg + (math.Ceil(b/seg)-1)*slowest
+}
+
 // Cost prices choice c for collective coll on shape s, in seconds. The
 // choice must be able to run (see CanRun); Hier's levels must be set.
 func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
@@ -94,7 +142,7 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 	case AllReduce:
 		switch c.Algo {
 		case Ring:
-			return 2*(nf-1)*m.frames(S/nf)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth + (nf-1)/nf*red
+			return m.ring(s, n-1, S/nf, true) + m.ring(s, n-1, S/nf, false)
 		case Tree: // interior rank: 2 segments in per segment going up, 2 out coming down
 			return 2*m.pipelined(l, log2floor(n), S, 2) + 2*red
 		case DTree: // each tree half the data; a rank forwards in one tree only
@@ -123,7 +171,7 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 		}
 		switch c.Algo {
 		case Ring:
-			return m.pipelined(l, n-1, S, 1) + extra
+			return m.chain(s, n-1, S) + extra
 		case Binomial:
 			return float64(log2ceil(n))*(l.Latency+S/l.Bandwidth) + extra
 		case Tree:
@@ -134,7 +182,7 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 	case AllGather:
 		switch c.Algo {
 		case Ring:
-			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*S/l.Bandwidth
+			return m.ring(s, n-1, S/nf, false)
 		case RHD:
 			return m.rhd(s, S, false)
 		case Hier: // level1 gathers the slice (S/L) across nodes, level0 the slices inside
@@ -143,7 +191,7 @@ func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
 	case ReduceScatter:
 		switch c.Algo {
 		case Ring:
-			return (nf-1)*m.frames(S/nf)*l.Latency + (nf-1)/nf*(S/l.Bandwidth+red)
+			return m.ring(s, n-1, S/nf, true)
 		case RHD:
 			return m.halving(s, S)
 		case Hier: // level0 reduce-scatters the slices inside the node, level1 the slice across
@@ -161,8 +209,10 @@ func (m Model) rhd(s Shape, S float64, full bool) float64 {
 	}
 	t := m.rhdSteps(s, S, true) + m.rhdSteps(s, S, false)
 	if s.N > 1<<log2floor(s.N) {
-		l := m.flat(s)
-		t += 2*(l.Latency+S/l.Bandwidth) + S/m.ReduceBW // one-way transfers stream
+		// Fold and unfold: one-way transfers of S that stream, the fold
+		// reduced segment by segment as it arrives.
+		l := m.foldLink(s)
+		t += 2*l.Latency + math.Max(S/l.Bandwidth, S/m.ReduceBW) + S/l.Bandwidth
 	}
 	return t
 }
@@ -176,10 +226,7 @@ func (m Model) rhdSteps(s Shape, S float64, reducing bool) float64 {
 	var t float64
 	for k := 0; k < log2floor(s.N); k++ {
 		d := p >> (k + 1)
-		l := m.flat(s)
-		if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 && d < s.PerNode {
-			l = m.Intra
-		}
+		l := m.rhdLink(s, d)
 		b := S * float64(d) / float64(p)
 		t += m.frames(b)*l.Latency + b/l.Bandwidth
 		if reducing {
@@ -210,17 +257,49 @@ func crossShape(s Shape, S float64) Shape {
 	return Shape{N: s.Nodes, Nodes: s.Nodes, PerNode: 1, Consecutive: true, Bytes: S / float64(s.PerNode)}
 }
 
-// halving prices the recursive-halving reduce-scatter of S bytes: its
-// halving steps, and with folding the whole input in one way (the segments
-// stream) and one block back.
+// halving prices the recursive-halving reduce-scatter of S bytes. Its
+// virtual blocks follow the ranks (a folded pair's is two ranks' blocks), so
+// at step k, distance d, the larger half holds d+min(d, e) of the n blocks;
+// with folding, the whole input goes in one way, reduced as it streams, and
+// one block comes back.
 func (m Model) halving(s Shape, S float64) float64 {
 	p := 1 << log2floor(s.N)
-	t := m.rhdSteps(s, S, true)
-	if s.N > p {
-		l := m.flat(s)
-		t += l.Latency + S/l.Bandwidth + S/m.ReduceBW + m.frames(S/float64(s.N))*l.Latency + S/float64(s.N)/l.Bandwidth
+	e, nf := s.N-p, float64(s.N)
+	var t float64
+	for k := 0; k < log2floor(s.N); k++ {
+		d := p >> (k + 1)
+		l := m.rhdLink(s, d)
+		b := S * float64(d+min(d, e)) / nf
+		t += m.frames(b)*l.Latency + b/l.Bandwidth + b/m.ReduceBW
+	}
+	if e > 0 {
+		l := m.foldLink(s)
+		t += 2*l.Latency + math.Max(S/l.Bandwidth, S/m.ReduceBW) + S/nf/l.Bandwidth
 	}
 	return t
+}
+
+// rhdLink is the link of a halving or doubling exchange over distance d in
+// virtual ranks: inside a node when the nodes' ranks are consecutive and the
+// partners' distance in ranks, d, or up to 2d when folded ranks sit between
+// virtual ranks, is below the node size; else the flat link.
+func (m Model) rhdLink(s Shape, d int) Link {
+	if s.N&(s.N-1) != 0 {
+		d *= 2
+	}
+	if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 && d < s.PerNode {
+		return m.Intra
+	}
+	return m.flat(s)
+}
+
+// foldLink is the link a fold pair (2i, 2i+1) uses: inside a node when the
+// nodes' ranks are consecutive and their size is even, else the flat link.
+func (m Model) foldLink(s Shape) Link {
+	if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 && s.PerNode%2 == 0 {
+		return m.Intra
+	}
+	return m.flat(s)
 }
 
 // CanRun says whether choice c can run collective coll on shape s; the

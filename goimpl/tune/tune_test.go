@@ -186,8 +186,11 @@ func TestVectorCostClosedForms(t *testing.T) {
 	l := m.Intra
 	S := float64(6 << 20)
 	s := Shape{N: 6, Nodes: 1, PerNode: 6, Consecutive: true, Bytes: S}
-	// p = 4: halving steps of S/2 and S/4, the fold of S, one block back.
-	want := 2*l.Latency + (S/2+S/4)*(1/l.Bandwidth+1/m.ReduceBW) + l.Latency + S/l.Bandwidth + S/m.ReduceBW + l.Latency + S/6/l.Bandwidth
+	// p = 4, 2 folded pairs, virtual blocks of 2, 2, 1, 1 ranks' blocks:
+	// halving steps whose larger halves are 4 and 2 of the 6 blocks, the
+	// fold of S (reduced as it streams, slower to send than to reduce
+	// here), one block back.
+	want := 2*l.Latency + (S*4/6+S*2/6)*(1/l.Bandwidth+1/m.ReduceBW) + 2*l.Latency + S/l.Bandwidth + S/6/l.Bandwidth
 	assert.InDelta(t, want, m.Cost(ReduceScatter, Choice{Algo: RHD}, s), 1e-12)
 
 	h := Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Bytes: S}

@@ -21,7 +21,7 @@ func main() {
 	nodes := flag.Int("nodes", 4, "nodes")
 	perNode := flag.Int("per-node", 8, "ranks per node")
 	size := flag.String("bytes", "1G", "message size (K/M/G suffix)")
-	coll := flag.String("coll", "allreduce", "allreduce, broadcast or allgather")
+	coll := flag.String("coll", "allreduce", "allreduce, broadcast, allgather or reducescatter")
 	intraBW := flag.Float64("intra-bw", 392, "intra-node GB/s per rank (HCCS)")
 	intraLat := flag.Float64("intra-lat", 2, "intra-node latency per step, us")
 	interBW := flag.Float64("inter-bw", 12.5, "inter-node GB/s per rank (100 Gb/s RoCE = 12.5)")
@@ -40,7 +40,11 @@ func main() {
 		Intra:  tune.Link{Latency: *intraLat * 1e-6, Bandwidth: *intraBW * 1e9},
 		Inter:  tune.Link{Latency: *interLat * 1e-6, Bandwidth: *interBW * 1e9},
 		NodeBW: *nodeBW * 1e9, ReduceBW: *reduceBW * 1e9, Segment: int(seg)}
-	c := map[string]tune.Coll{"allreduce": tune.AllReduce, "broadcast": tune.Broadcast, "allgather": tune.AllGather}[*coll]
+	c, ok := map[string]tune.Coll{"allreduce": tune.AllReduce, "broadcast": tune.Broadcast, "allgather": tune.AllGather,
+		"reducescatter": tune.ReduceScatter}[*coll]
+	if !ok {
+		check(fmt.Errorf("-coll %q: allreduce, broadcast, allgather or reducescatter", *coll))
+	}
 	m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
 	shape := tune.Shape{N: net.Ranks, Nodes: *nodes, PerNode: *perNode, Consecutive: true}
 	rows := m.Price(c, shape, float64(bytes))
@@ -60,7 +64,8 @@ func main() {
 		}
 	}
 	n := float64(net.Ranks)
-	factor := map[tune.Coll]float64{tune.AllReduce: 2 * (n - 1) / n, tune.Broadcast: 1, tune.AllGather: (n - 1) / n}[c]
+	factor := map[tune.Coll]float64{tune.AllReduce: 2 * (n - 1) / n, tune.Broadcast: 1, tune.AllGather: (n - 1) / n,
+		tune.ReduceScatter: (n - 1) / n}[c]
 	fmt.Printf("# %s of %s on %d nodes x %d ranks; intra %g GB/s %g us, inter %g GB/s %g us, reduce %g GB/s, segment %s\n",
 		*coll, *size, *nodes, *perNode, *intraBW, *intraLat, *interBW, *interLat, *reduceBW, *segment)
 	fmt.Printf("%-26s %12s %12s %10s %10s\n", "algorithm", "model", "simulated", "algbw", "busbw")
