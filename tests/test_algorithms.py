@@ -1,16 +1,25 @@
 """The key collectives under every forced algorithm (GOHCCL_ALGO): ring, tree,
-dtree and rhd at worlds 3 and 4, and the hierarchical forms with
-GOHCCL_RANKS_PER_NODE=2 at world 4.
+dtree and rhd at worlds 3 and 4, the hierarchical forms with
+GOHCCL_RANKS_PER_NODE=2 at world 4, and the allgather's and reduce-scatter's
+own forms (recursive-halving reduce-scatter, folded at world 3; hierarchical
+allgather and reduce-scatter with every level pair at world 4, and at world
+3 as one node of 3 and as 3 nodes of 1).
 
 One launch per world runs every algorithm: GOHCCL_* variables are read (with
 C getenv) when a process group is created, so the worker sets them in
 os.environ and builds one dist.new_group over all ranks per algorithm. A
 malformed GOHCCL_ALGO must fail that creation, which shows the setting
-reaches the backend. GOHCCL_BUFFSIZE=256K makes the large cases stream in
-several 64 KiB segments. Results are compared with a numpy reference
-computed here from every rank's regenerated input, and bitwise across ranks.
+reaches the backend. Each group is also created with GOHCCL_DEBUG=INFO, and
+the worker reads back from its own log what the tuner chose for it, so the
+tests see that the forced algorithm ran (or fell back, with its warning,
+where the collective lacks it). GOHCCL_BUFFSIZE=256K makes the large cases
+stream in several 64 KiB segments. Results are compared with a numpy
+reference computed here from every rank's regenerated input, and bitwise
+across ranks.
 """
 
+import os
+import re
 import zlib
 
 import numpy as np
@@ -37,6 +46,26 @@ AR_CASES = (
     + [("int64", "SUM", n) for n in (0, 5, 1023)]
 )
 MOVE_SIZES = (1, 7, 1023, 60_001)
+# all_gather sizes (elements per rank) and reduce_scatter cases.
+AG_SIZES = (0, 1, 7, 1023, 60_001)
+RS_CASES = (
+    [("int32", "SUM", n) for n in (0, 1, 7, 1023, 60_001)]
+    + [("float32", "MAX", n) for n in (7, 1023)]
+    + [("float64", "SUM", n) for n in (5, 40_001)]
+)
+
+# The allgather's and reduce-scatter's own forms: (world, name, GOHCCL_ALGO,
+# GOHCCL_RANKS_PER_NODE). The bare forms above cover level0:ring;level1:rhd
+# for both at world 4, and rhd (recursive halving; recursive doubling at
+# world 4 only).
+VECTOR = [
+    (4, "vec-rhd-ring", "allgather=level0:rhd;level1:ring/reducescatter=level0:rhd;level1:ring", "2"),
+    (4, "vec-ring-ring/rhd-rhd", "allgather=level0:ring;level1:ring/reducescatter=level0:rhd;level1:rhd", "2"),
+    (4, "vec-rhd-rhd/ring-ring", "allgather=level0:rhd;level1:rhd/reducescatter=level0:ring;level1:ring", "2"),
+    (3, "vec-3x1", "allgather=level0:ring;level1:ring/reducescatter=level0:ring;level1:rhd", "1"),
+    (3, "vec-1x3", "allgather=level0:ring;level1:rhd/reducescatter=level0:ring;level1:ring", "3"),
+]
+COLLS = ("allreduce", "allgather", "reducescatter")
 
 
 def configs(world):
@@ -44,7 +73,28 @@ def configs(world):
     out = [(a, {"GOHCCL_ALGO": a}) for a in FLAT]
     if world == 4:
         out += [(h, {"GOHCCL_ALGO": h, "GOHCCL_RANKS_PER_NODE": "2"}) for h in HIER]
+    out += [(name, {"GOHCCL_ALGO": algo, "GOHCCL_RANKS_PER_NODE": k})
+            for w, name, algo, k in VECTOR if w == world]
     return out
+
+
+def expected_choices(world, name):
+    """expected_choices maps each of COLLS to what the tuner must run under
+    config name: the forced form, "fallback" where the collective lacks it
+    (a warning, then the automatic choice), or None where nothing is forced."""
+    algo = dict(configs(world))[name]["GOHCCL_ALGO"]
+    if "=" in algo:
+        want = dict.fromkeys(COLLS)
+        for item in algo.split("/"):
+            coll, form = item.split("=")
+            want[coll] = form
+        return want
+    want = dict.fromkeys(COLLS, algo)
+    if algo in ("tree", "dtree") or "level1:tree" in algo:
+        want["allgather"] = want["reducescatter"] = "fallback"
+    if algo == "rhd" and world & (world - 1):
+        want["allgather"] = "fallback"  # recursive doubling needs a power of two
+    return want
 
 
 def crc(key):
@@ -91,13 +141,38 @@ def _all_gather(ctx, g, n, key):
     return ctx.pack(out)
 
 
-def _reduce_scatter(ctx, g, n, key):
+def _reduce_scatter(ctx, g, dtype, op, n, key):
     import torch
     import torch.distributed as dist
-    t = gen_tensor(SEED, ctx.rank, "int32", (ctx.world_size * n,), "any", crc(key))
-    out = torch.full((n,), -7, dtype=torch.int32)
-    dist.reduce_scatter_tensor(out, t, group=g)
+    t = gen_tensor(SEED, ctx.rank, dtype, (ctx.world_size * n,), "any", crc(key))
+    out = torch.full((n,), -7, dtype=getattr(torch, dtype))
+    dist.reduce_scatter_tensor(out, t, op=reduce_op(op), group=g)
     return pack(out, keep=True)
+
+
+_CHOICE = re.compile(r"\] INFO (allreduce|broadcast|reduce|allgather|reducescatter) .* -> (\S+)$")
+_FALLBACK = re.compile(r"GOHCCL_ALGO asks for \S+ for (\w+), which cannot run here")
+
+
+def _choices(ctx, offset):
+    """_choices reads this rank's log from offset on (the harness sends the
+    worker's stderr there) and returns the tuner's choices and fallbacks in
+    it, and the new offset."""
+    path = os.path.join(ctx.workdir, f"log-{ctx.rank}.txt")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", "replace")
+    forced, chosen, fallbacks = {}, {}, set()
+    for line in text.splitlines():
+        m = _CHOICE.search(line)
+        if m:
+            (forced if "forced by GOHCCL_ALGO" in line else chosen).setdefault(m.group(1), set()).add(m.group(2))
+        m = _FALLBACK.search(line)
+        if m:
+            fallbacks.add(m.group(1))
+    out = {"forced": {k: sorted(v) for k, v in forced.items()},
+           "chosen": {k: sorted(v) for k, v in chosen.items()}, "fallbacks": sorted(fallbacks)}
+    return out, offset + len(text.encode("utf-8", "replace"))
 
 
 def _bad_algo_refused(ctx):
@@ -117,7 +192,10 @@ def algorithms_sweep(ctx):
     import os
     import torch.distributed as dist
     out = {}
+    offset = 0
     for name, env in configs(ctx.world_size):
+        env = dict(env, GOHCCL_DEBUG="INFO")
+        _, offset = _choices(ctx, offset)
         os.environ.update(env)
         try:
             g = dist.new_group(list(range(ctx.world_size)))
@@ -133,11 +211,14 @@ def algorithms_sweep(ctx):
                 out[key] = attempt(_broadcast, ctx, g, n, root, key)
             key = f"{name}/reduce/{n}/root1"
             out[key] = attempt(_reduce, ctx, g, n, 1, key)
+        for n in AG_SIZES:
             key = f"{name}/ag/{n}"
             out[key] = attempt(_all_gather, ctx, g, n, key)
-            key = f"{name}/rs/{n}"
-            out[key] = attempt(_reduce_scatter, ctx, g, n, key)
+        for dtype, op, n in RS_CASES:
+            key = f"{name}/rs/{dtype}/{op}/{n}"
+            out[key] = attempt(_reduce_scatter, ctx, g, dtype, op, n, key)
         dist.barrier(group=g)
+        out[f"{name}/choices"], offset = _choices(ctx, offset)
     out["bad_algo"] = _bad_algo_refused(ctx)
     return out
 
@@ -188,7 +269,7 @@ def test_all_reduce(backend, world, algo):
 @pytest.mark.timeout(SWEEP_TIMEOUT + 30)
 @pytest.mark.parametrize("world,algo", params())
 def test_movement(backend, world, algo):
-    """broadcast, reduce, all_gather and reduce_scatter under the algorithm."""
+    """broadcast and reduce under the algorithm."""
     res = sweep(backend, world)
     checks = []
     for n in MOVE_SIZES:
@@ -207,6 +288,16 @@ def test_movement(backend, world, algo):
             inputs = [gen_values(SEED, r, "int64", (n,), "any", crc(key)) for r in range(world)]
             check_reduction(p, inputs, "int64", "SUM", world, key)
         checks.append((key, red))
+    collect(checks)
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT + 30)
+@pytest.mark.parametrize("world,algo", params())
+def test_all_gather_reduce_scatter(backend, world, algo):
+    """all_gather and reduce_scatter under the algorithm, zero-size included."""
+    res = sweep(backend, world)
+    checks = []
+    for n in AG_SIZES:
         key = f"{algo}/ag/{n}"
 
         def ag(key=key, n=n):
@@ -215,15 +306,36 @@ def test_movement(backend, world, algo):
             want = np.concatenate([input_bits(r, "float32", n, key) for r in range(world)])
             assert_equal_exact(packs[0], want, key)
         checks.append((key, ag))
-        key = f"{algo}/rs/{n}"
+    for dtype, op, n in RS_CASES:
+        key = f"{algo}/rs/{dtype}/{op}/{n}"
 
-        def rs(key=key, n=n):
+        def rs(key=key, dtype=dtype, op=op, n=n):
             for r, p in enumerate(case_results(res, key, key)):
-                inputs = [gen_values(SEED, i, "int32", (world * n,), "any", crc(key))[r * n:(r + 1) * n]
+                inputs = [gen_values(SEED, i, dtype, (world * n,), "any", crc(key))[r * n:(r + 1) * n]
                           for i in range(world)]
-                check_reduction(p, inputs, "int32", "SUM", world, f"{key} rank {r}")
+                check_reduction(p, inputs, dtype, op, world, f"{key} rank {r}")
         checks.append((key, rs))
     collect(checks)
+
+
+@pytest.mark.timeout(SWEEP_TIMEOUT + 30)
+@pytest.mark.parametrize("world,algo", params())
+def test_forced_choice(backend, world, algo):
+    """Every rank's tuner ran what GOHCCL_ALGO forces for all_reduce,
+    all_gather and reduce_scatter, and fell back (with its warning) exactly
+    where the collective lacks the form."""
+    res = sweep(backend, world)
+    for rank, r in enumerate(res):
+        got = r[f"{algo}/choices"]
+        for coll, want in expected_choices(world, algo).items():
+            forced = got["forced"].get(coll, [])
+            what = f"rank {rank} {coll} under GOHCCL_ALGO of {algo!r}: log says {got}"
+            if want == "fallback":
+                assert coll in got["fallbacks"] and not forced, what
+            elif want is None:
+                assert coll not in got["fallbacks"] and not forced, what
+            else:
+                assert coll not in got["fallbacks"] and forced == [want], what
 
 
 @pytest.mark.timeout(SWEEP_TIMEOUT + 30)
