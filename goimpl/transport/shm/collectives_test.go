@@ -1,4 +1,6 @@
-package shm
+package shm_test
+
+// This test is in the external package: goimpl/comm imports the link.
 
 import (
 	"fmt"
@@ -13,7 +15,12 @@ import (
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	shmlink "github.com/gohccl/gohccl/goimpl/transport/shm"
 )
+
+// testRing is small, so that every segment streams through the ring in
+// pieces and wraps.
+const testRing = 4 << 10
 
 // shmWorld builds n communicators, goroutines of this process, whose links
 // are all shared-memory links over one heap region. Local index i is
@@ -29,14 +36,17 @@ func shmWorld(t *testing.T, n, ringBytes int, cfg config.Config) []*comm.Comm {
 			perm[i] = n - 1 - i
 		}
 	}
-	h := newHost(t, perm, n, ringBytes)
+	region := make([]byte, shmlink.RegionSize(n, ringBytes))
 	comms := make([]*comm.Comm, n)
 	for i, r := range perm {
+		m := transport.NewMatcher(r, n)
+		local, err := shmlink.Attach(region, perm, i, ringBytes, m)
+		require.NoError(t, err)
 		links := make([]transport.Link, n)
 		for j, p := range perm {
-			links[p] = h.links[i][j]
+			links[p] = local[j]
 		}
-		mesh := transport.NewMesh(r, links, h.matchers[i])
+		mesh := transport.NewMesh(r, links, m)
 		c, err := comm.FromMesh(mesh, comm.Options{Rank: r, Size: n, Timeout: 30 * time.Second, Config: cfg})
 		require.NoError(t, err)
 		comms[r] = c
