@@ -136,17 +136,37 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	for p, conn := range links {
 		tl[p] = tcp.NewLink(conn, p, matcher)
 	}
+	loc, shmLinks, err := setupLocal(store, prefix, id.CommID[:], rank, peers, opt, deadline, matcher, log)
+	if err != nil {
+		for _, l := range tl {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return nil, err
+	}
+	if loc != nil {
+		for i, p := range loc.ranks {
+			if p != rank {
+				tl[p] = pairedLink{Link: shmLinks[i], watch: tl[p]}
+			}
+		}
+	}
 	mesh := transport.NewMesh(rank, tl, matcher)
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
+	c.local = loc
 	hosts := make([]string, size)
 	for p := range peers {
 		hosts[p] = peers[p].Host
 	}
 	if err := c.initTuning(hosts); err != nil {
 		mesh.Close(err)
+		if loc != nil {
+			loc.close()
+		}
 		return nil, err
 	}
 	if opt.Config.Debug >= config.Info {

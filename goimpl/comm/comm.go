@@ -86,6 +86,10 @@ type Comm struct {
 	topo  *topo.Topology
 	hier  algo.Hierarchy
 	tuner *tune.Tuner
+
+	// local, when set, is the shared memory with the other ranks of this
+	// host (local.go).
+	local *local
 }
 
 func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
@@ -355,6 +359,12 @@ func (c *Comm) Close() {
 	c.mesh.Close(err)
 	c.mu.Lock()
 	c.scratch, c.op.Scratch = nil, nil
+	if c.local != nil {
+		// The links are closed and no op runs (it would hold mu):
+		// nothing touches the segment any more.
+		c.local.close()
+		c.local = nil
+	}
 	c.mu.Unlock()
 	c.log.Infof("communicator %s closed", c.id)
 }
