@@ -42,8 +42,12 @@ go-vet: $(go.sum.stamp)
 go-test: $(go.sum.stamp)
 	$(GO) test -count=1 -timeout 20m ./...
 
+# The suite runs twice: over the default transports (shared memory between
+# the ranks of this host) and with GOHCCL_TRANSPORT=tcp, the path ranks on
+# different hosts take.
 py-test: $(BUILT)
 	$(PY) -m pytest tests -q
+	GOHCCL_TRANSPORT=tcp $(PY) -m pytest tests -q
 
 capi-test: $(BUILT)
 	cmake -S . -B build/cmake -G Ninja -DGOHCCL_PYTHON=$(CURDIR)/$(PY) >/dev/null

@@ -17,7 +17,8 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_report_header(config):
-    return f"gohccl tests: backends {BACKENDS} (GOHCCL_TEST_BACKENDS)"
+    transport = os.environ.get("GOHCCL_TRANSPORT", "auto")
+    return f"gohccl tests: backends {BACKENDS} (GOHCCL_TEST_BACKENDS), GOHCCL_TRANSPORT={transport}"
 
 
 @pytest.fixture(scope="session", autouse=True)
