@@ -449,9 +449,9 @@ func newPingPong(t testing.TB, size, ringBytes int) *pingPong {
 	p := &pingPong{t: t, h: newHost(t, []int{0, 1}, 2, ringBytes), hd: p2pHeader(1, size),
 		payload: make([]byte, size), done: make(chan struct{})}
 	p.r = transport.Recv{Peer: 1, Want: p.hd, Buf: make([]byte, size)}
+	echo := transport.Recv{Peer: 0, Want: p.hd, Buf: make([]byte, size)}
 	go func() {
 		defer close(p.done)
-		echo := transport.Recv{Peer: 0, Want: p.hd, Buf: make([]byte, size)}
 		for {
 			p.h.matchers[1].Post(&echo)
 			if p.h.matchers[1].Wait(&echo, soon()) != nil {
@@ -478,4 +478,25 @@ func (p *pingPong) roundTrip() {
 func (p *pingPong) stop() {
 	p.h.close()
 	<-p.done
+}
+
+func TestParseStat(t *testing.T) {
+	line := []byte("4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 12345 678\n")
+	state, start, ok := parseStat(line)
+	require.True(t, ok)
+	assert.Equal(t, byte('S'), state)
+	assert.Equal(t, uint64(987654), start)
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) SS 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20", "1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 x9"} {
+		_, _, ok := parseStat([]byte(bad))
+		assert.False(t, ok, bad)
+	}
+	self := selfIdentity()
+	require.NotZero(t, self.pid, "this process can read its own /proc entry")
+	var r procReader
+	assert.False(t, self.dead(self, &r))
+	gone := self
+	gone.start++
+	assert.True(t, gone.dead(self, &r), "a reused pid is a dead peer")
+	allocs := testing.AllocsPerRun(100, func() { self.dead(self, &r) })
+	assert.Zero(t, allocs, "a liveness check allocates nothing")
 }
