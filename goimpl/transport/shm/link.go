@@ -168,18 +168,18 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) (er
 	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	if err := l.sendable(); err != nil {
-		return err
-	}
-	if deadline.IsZero() {
-		deadline = forever
-	}
 	shmem.Guard()
 	defer func() {
 		if v := recover(); v != nil {
 			err = l.breakSend(fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, shmem.Recovered(v, nil)))
 		}
 	}()
+	if err := l.sendable(); err != nil { // reads the ring's flags: guarded too
+		return err
+	}
+	if deadline.IsZero() {
+		deadline = forever
+	}
 	return l.send(h, payload, deadline)
 }
 

@@ -304,3 +304,37 @@ func TestChildCloses(t *testing.T) {
 	assert.Error(t, c.wait(), "the child reports the size mismatch")
 	assert.Contains(t, c.stderr.String(), "size or type mismatch")
 }
+
+// TestTruncatedSegment truncates a live segment under two attached ranks:
+// every access then raises SIGBUS, which must fail the send and the posted
+// receive with an error, not crash the process.
+func TestTruncatedSegment(t *testing.T) {
+	name := segmentName()
+	size := RegionSize(2, testRing)
+	seg, err := shmem.Create(name, size)
+	require.NoError(t, err)
+	defer seg.Close()
+	defer shmem.Unlink(name)
+	ma, mb := transport.NewMatcher(0, 2), transport.NewMatcher(1, 2)
+	la, err := Attach(seg.Bytes(), pairRanks, 0, testRing, ma)
+	require.NoError(t, err)
+	lb, err := Attach(seg.Bytes(), pairRanks, 1, testRing, mb)
+	require.NoError(t, err)
+	hd := p2pHeader(1, 100)
+	r := transport.Recv{Peer: 0, Want: hd, Buf: make([]byte, 100)}
+	mb.Post(&r)
+	require.NoError(t, la[1].Send(&hd, make([]byte, 100), soon()))
+	require.NoError(t, mb.Wait(&r, soon()))
+
+	mb.Post(&r)
+	require.NoError(t, os.Truncate(shmem.Path(name), 0))
+	err = la[1].Send(&hd, make([]byte, 100), soon())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "shared memory vanished")
+	err = mb.Wait(&r, soon())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rank 0")
+	require.Error(t, la[1].Send(&hd, make([]byte, 100), soon()), "the link stays broken")
+	la[1].Close()
+	lb[0].Close()
+}
