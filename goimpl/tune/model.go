@@ -312,6 +312,10 @@ func CanRun(coll Coll, c Choice, s Shape) error {
 		return err
 	}
 	switch {
+	case c.Algo == Mesh:
+		// The communicator runs mesh itself when every rank shares this
+		// host's segment; a choice that reaches the tuner cannot.
+		return fmt.Errorf("mesh needs every rank on one host, sharing memory (GOHCCL_TRANSPORT=auto or shm)")
 	case coll == AllGather && c.Algo == RHD && s.N&(s.N-1) != 0:
 		return fmt.Errorf("recursive doubling needs a power-of-two group, not %d ranks", s.N)
 	case c.Algo == Hier && s.PerNode == 0:

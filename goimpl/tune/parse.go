@@ -39,10 +39,11 @@ const (
 	RHD           // recursive halving-doubling (recursive doubling for allgather, halving for reduce-scatter)
 	Binomial      // binomial tree (broadcast, reduce)
 	Hier          // level0 inside each node, level1 across nodes
+	Mesh          // shared memory among the ranks of one host (goimpl/mesh); chosen by the communicator, not priced here
 	numAlgos
 )
 
-var algoNames = [numAlgos]string{"auto", "ring", "tree", "dtree", "rhd", "binomial", "hier"}
+var algoNames = [numAlgos]string{"auto", "ring", "tree", "dtree", "rhd", "binomial", "hier", "mesh"}
 
 func (a Algo) String() string { return algoNames[a] }
 
@@ -69,7 +70,7 @@ type Spec struct {
 func (s Spec) IsAuto() bool { return s == Spec{} }
 
 // forms lists the valid forms, for error messages.
-const forms = "valid forms: auto | ring | tree | dtree | rhd | binomial | level0:ring;level1:tree " +
+const forms = "valid forms: auto | mesh | ring | tree | dtree | rhd | binomial | level0:ring;level1:tree " +
 	"(level0: ring or rhd, level1: ring, tree, dtree or rhd for allreduce, ring or rhd for allgather and reducescatter; " +
 	"either level may be left out or auto) | " +
 	"per collective COLL=FORM joined by '/', COLL one of allreduce, broadcast, reduce, allgather, reducescatter, " +
@@ -77,11 +78,11 @@ const forms = "valid forms: auto | ring | tree | dtree | rhd | binomial | level0
 
 // valid lists, per collective, the algorithms it has.
 var valid = [NumColls][]Algo{
-	AllReduce:     {Ring, Tree, DTree, RHD, Hier},
-	Broadcast:     {Ring, Binomial, Tree, DTree},
-	Reduce:        {Ring, Binomial, Tree, DTree},
-	AllGather:     {Ring, RHD, Hier},
-	ReduceScatter: {Ring, RHD, Hier},
+	AllReduce:     {Mesh, Ring, Tree, DTree, RHD, Hier},
+	Broadcast:     {Mesh, Ring, Binomial, Tree, DTree},
+	Reduce:        {Mesh, Ring, Binomial, Tree, DTree},
+	AllGather:     {Mesh, Ring, RHD, Hier},
+	ReduceScatter: {Mesh, Ring, RHD, Hier},
 }
 
 // levels1 lists, per collective, the algorithms its hierarchical form runs

@@ -26,7 +26,7 @@ func Candidates(coll Coll, s Shape) []Choice {
 	var cs []Choice
 	hier := false
 	for _, a := range valid[coll] {
-		if a != Hier {
+		if a != Hier && a != Mesh { // mesh is the communicator's choice, before any pricing
 			cs = append(cs, Choice{Algo: a})
 		}
 		hier = hier || a == Hier
