@@ -185,14 +185,6 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) (er
 
 // sendable reports why the link cannot take a frame, if it cannot.
 func (l *Link) sendable() error {
-	if err := l.sendStop(); err != nil {
-		return err
-	}
-	return l.tx.broken
-}
-
-// sendStop is the stop condition of a sender's waits.
-func (l *Link) sendStop() error {
 	if l.closed.Load() {
 		return fmt.Errorf("%w: the link to rank %d is closed", transport.ErrClosed, l.peer)
 	}
@@ -202,7 +194,17 @@ func (l *Link) sendStop() error {
 	if l.out.closedBy(receiverClosed) {
 		return fmt.Errorf("%w: rank %d closed its shared-memory link", transport.ErrPeerLost, l.peer)
 	}
+	return l.tx.broken
+}
+
+// sendStop is the stop condition of a sender's waits.
+func (l *Link) sendStop() error {
+	if err := l.sendable(); err != nil {
+		return err
+	}
 	// A head that went backwards never satisfies a wait: catch it here.
+	// (Not in sendable: the head's line changes with every frame the peer
+	// takes, and a send that has room needs no look at it.)
 	if h := l.out.head.Load(); h < l.tx.headSeen {
 		return l.loadHead()
 	}
