@@ -4,9 +4,11 @@
 //
 //	gohccl-sim -nodes 4 -per-node 8 -bytes 1G     # the seed's case
 //	gohccl-sim -nodes 128 -per-node 8 -bytes 64M -algos ring,level0:ring;level1:tree
+//	gohccl-sim -nodes 1 -per-node 4 -intra-bw 1.2 -intra-lat 30 -bytes 1M -json   # one JSON object per line
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -30,6 +32,7 @@ func main() {
 	reduceBW := flag.Float64("reduce-bw", 200, "reduce kernel GB/s")
 	segment := flag.String("segment", "4M", "streaming segment")
 	algos := flag.String("algos", "", "comma-separated choices in GOHCCL_ALGO syntax (default: every candidate)")
+	asJSON := flag.Bool("json", false, "print one JSON object per algorithm (and one for the tuner's choice) instead of the table")
 	flag.Parse()
 
 	bytes, err := config.ParseBytes(*size)
@@ -66,20 +69,41 @@ func main() {
 	n := float64(net.Ranks)
 	factor := map[tune.Coll]float64{tune.AllReduce: 2 * (n - 1) / n, tune.Broadcast: 1, tune.AllGather: (n - 1) / n,
 		tune.ReduceScatter: (n - 1) / n}[c]
-	fmt.Printf("# %s of %s on %d nodes x %d ranks; intra %g GB/s %g us, inter %g GB/s %g us, reduce %g GB/s, segment %s\n",
-		*coll, *size, *nodes, *perNode, *intraBW, *intraLat, *interBW, *interLat, *reduceBW, *segment)
-	fmt.Printf("%-26s %12s %12s %10s %10s\n", "algorithm", "model", "simulated", "algbw", "busbw")
+	best := tune.Best(m.Price(c, shape, float64(bytes)))
+	emit := func(v map[string]any) {
+		v["coll"], v["bytes"], v["nodes"], v["per_node"] = *coll, bytes, *nodes, *perNode
+		b, err := json.Marshal(v)
+		check(err)
+		fmt.Println(string(b))
+	}
+	if !*asJSON {
+		fmt.Printf("# %s of %s on %d nodes x %d ranks; intra %g GB/s %g us, inter %g GB/s %g us, reduce %g GB/s, segment %s\n",
+			*coll, *size, *nodes, *perNode, *intraBW, *intraLat, *interBW, *interLat, *reduceBW, *segment)
+		fmt.Printf("%-26s %12s %12s %10s %10s\n", "algorithm", "model", "simulated", "algbw", "busbw")
+	}
 	for _, r := range rows {
 		if r.Err != nil {
-			fmt.Printf("%-26s %s\n", r.Choice, r.Err)
+			if *asJSON {
+				emit(map[string]any{"algorithm": r.Choice.String(), "error": r.Err.Error()})
+			} else {
+				fmt.Printf("%-26s %s\n", r.Choice, r.Err)
+			}
 			continue
 		}
 		t, err := sim.Run(net, c, r.Choice, int(bytes))
 		check(err)
 		algbw := float64(bytes) / t / 1e9
+		if *asJSON {
+			emit(map[string]any{"algorithm": r.Choice.String(), "model_s": r.Seconds, "sim_s": t, "algbw": algbw, "busbw": algbw * factor})
+			continue
+		}
 		fmt.Printf("%-26s %12s %12s %8.2fGB/s %8.2fGB/s\n", r.Choice, tune.FormatSeconds(r.Seconds), tune.FormatSeconds(t), algbw, algbw*factor)
 	}
-	fmt.Printf("tuner's choice: %s\n", tune.Best(m.Price(c, shape, float64(bytes))))
+	if *asJSON {
+		emit(map[string]any{"tuner": best.String()})
+		return
+	}
+	fmt.Printf("tuner's choice: %s\n", best)
 }
 
 func check(err error) {
