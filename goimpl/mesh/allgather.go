@@ -1,0 +1,101 @@
+package mesh
+
+import (
+	"fmt"
+
+	"github.com/gohccl/gohccl/goimpl/shm"
+)
+
+// AllGather fills out with every rank's in, in rank order: out holds n
+// blocks of len(in) bytes. in must not overlap out, except that it may be
+// out's block me exactly.
+//
+// A chunk is the next lay.buf bytes of every block: each rank copies its
+// part into its buffer and publishes it, copies it into its own block of
+// out, waits for every peer's and copies theirs out. Per rank: reads S/n +
+// (n-1)/n S, writes S/n + S (S = len(out)).
+func (e *Engine) AllGather(c *Call, in, out []byte) (err error) {
+	if _, err := checkData(c, len(in)); err != nil {
+		return err
+	}
+	if len(out) != e.n*len(in) {
+		return fmt.Errorf("mesh: %s: allgather output of %d bytes is not %d blocks of %d", describeOp(&c.Stamp), len(out), e.n, len(in))
+	}
+	if err := e.begin(c); err != nil {
+		return err
+	}
+	shm.Guard()
+	defer func() { err = e.end(recover(), err) }()
+	L := len(in)
+	switch {
+	case e.n == 1:
+		copy(out, in)
+		return nil
+	case L == 0:
+		return e.barrier(schedAllGather)
+	}
+	return e.allGather(schedAllGather, in, out, blocked{n: e.n, piece: e.lay.buf, equal: L})
+}
+
+// AllGatherBlocks is the level0 allgather of a hierarchical all-reduce, in
+// place: buf holds count elements split by pattern.Blocks(count, n, i), and
+// afterwards every block holds what its owner's block held.
+func (e *Engine) AllGatherBlocks(c *Call, buf []byte, count int) (err error) {
+	es, err := checkData(c, len(buf))
+	if err != nil {
+		return err
+	}
+	if len(buf) != count*es {
+		return fmt.Errorf("mesh: %s: buffer of %d bytes for %d %s elements", describeOp(&c.Stamp), len(buf), count, c.DType)
+	}
+	if err := e.begin(c); err != nil {
+		return err
+	}
+	shm.Guard()
+	defer func() { err = e.end(recover(), err) }()
+	switch {
+	case e.n == 1:
+		return nil
+	case count == 0:
+		return e.barrier(schedAllGatherBlocks)
+	}
+	bl := blocked{count: count, n: e.n, es: es, piece: e.lay.buf}
+	off, l := bl.block(e.me)
+	return e.allGather(schedAllGatherBlocks, buf[off:off+l], buf, bl)
+}
+
+// allGather runs the chunks of an allgather: p walks out a whole buffer
+// (lay.buf bytes) of every block at a time, and in is block me's data.
+func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
+	chunks := p.chunks()
+	e.chunks = chunks
+	base, _ := p.block(e.me)
+	for i := range chunks {
+		k := e.k + uint64(i)
+		b := int(k % depth)
+		e.chunk = i
+		if err := e.claim(k); err != nil {
+			return err
+		}
+		e.open(s, k)
+		lo, hi := p.part(e.me, i)
+		own := in[lo-base : hi-base]
+		copy(e.slot(e.me, b), own)
+		e.post(b, 2*k+1)
+		if dst := out[lo:hi]; len(dst) > 0 && &dst[0] != &own[0] {
+			copy(dst, own)
+		}
+		if err := e.awaitAll(2*k+1, b, true); err != nil {
+			return err
+		}
+		for j := range e.n {
+			if j != e.me {
+				lo, hi := p.part(j, i)
+				copy(out[lo:hi], e.slot(j, b))
+			}
+		}
+		e.release(k)
+	}
+	e.k += uint64(chunks)
+	return nil
+}

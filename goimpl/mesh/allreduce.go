@@ -1,0 +1,233 @@
+package mesh
+
+import (
+	"fmt"
+
+	"github.com/gohccl/gohccl/goimpl/algo/pattern"
+	"github.com/gohccl/gohccl/goimpl/shm"
+)
+
+// AllReduce reduces buf over the local ranks, in place: len(buf) is count
+// elements of c.DType, and every rank ends with the same bits.
+//
+// Up to oneShotLimit bytes it runs the one-shot schedule; above, the
+// two-phase one. With S the bytes per rank and n the local ranks, a rank
+// moves (docs/mesh.md derives these):
+//
+//	one-shot:  reads (n+1)S, writes 2S; 1 wait per chunk
+//	two-phase: reads (3n-1)/n S, writes 2S; 2 waits per chunk
+func (e *Engine) AllReduce(c *Call, buf []byte) (err error) {
+	es, err := e.checkReduce(c, len(buf))
+	if err != nil {
+		return err
+	}
+	if err := e.begin(c); err != nil {
+		return err
+	}
+	shm.Guard()
+	defer func() { err = e.end(recover(), err) }()
+	switch {
+	case e.n == 1:
+		return nil
+	case len(buf) == 0:
+		return e.barrier(schedAllReduceOneShot)
+	case len(buf) <= oneShotLimit(e.n):
+		return e.allReduceOneShot(buf)
+	}
+	return e.allReduceTwoPhase(buf, len(buf)/es)
+}
+
+// oneShotLimit is the largest all-reduce, in bytes per rank, that runs
+// one-shot among n ranks (see oneShotMax).
+func oneShotLimit(n int) int { return 2 * oneShotMax / n }
+
+// allReduceOneShot is the small-message schedule. A chunk is the next
+// lay.buf bytes of buf. For each chunk, every rank copies its part of buf
+// into its buffer, publishes it, waits for every peer's, and reduces all n
+// inputs itself in rank order 0..n-1, so every rank computes the same bits
+// without a second exchange. Per rank: reads S (copy in) + nS (reduce),
+// writes S + S.
+func (e *Engine) allReduceOneShot(buf []byte) error {
+	B := e.lay.buf
+	chunks := (len(buf) + B - 1) / B
+	e.chunks = chunks
+	for i := range chunks {
+		k := e.k + uint64(i)
+		b := int(k % depth)
+		e.chunk = i
+		chunk := buf[i*B : min((i+1)*B, len(buf))]
+		if err := e.claim(k); err != nil {
+			return err
+		}
+		e.open(schedAllReduceOneShot, k)
+		mine := e.slot(e.me, b)[:len(chunk)]
+		copy(mine, chunk)
+		e.post(b, 2*k+1)
+		if err := e.awaitAll(2*k+1, b, true); err != nil {
+			return err
+		}
+		// Ranks 0 and 1 take their own input from buf: the first step
+		// reads both operands before writing. Later ranks' own input is
+		// overwritten by that step, so they read their copy.
+		own := chunk
+		if e.me >= 2 {
+			own = mine
+		}
+		e.reduceInto(chunk, own, b, 0)
+		e.release(k)
+	}
+	e.k += uint64(chunks)
+	return nil
+}
+
+// allReduceTwoPhase is the large-message schedule: a reduce-scatter and an
+// allgather fused chunk by chunk. buf splits into n blocks
+// (pattern.Blocks(count, n, r)); block r is rank r's to reduce. A chunk
+// takes the next piece (lay.piece bytes) of every block. For each chunk:
+//
+//  1. rank i copies its pieces of the other ranks' blocks into its buffer
+//     (piece r at offset r*piece) and publishes them (ready = 2k+1); its own
+//     piece it reads from buf;
+//  2. it reduces piece i over all ranks, in rank order, into piece i of its
+//     buffer (which held nothing) and publishes that (ready = 2k+2);
+//  3. it posts the next chunk's inputs, so that the peers find them when
+//     they get there, then copies every rank's reduced piece into buf.
+//
+// Per rank: copy in reads and writes (n-1)/n S, the reduction reads S and
+// writes S/n, the copy out reads and writes S: reads (3n-1)/n S, writes 2S.
+func (e *Engine) allReduceTwoPhase(buf []byte, count int) error {
+	es, pb := e.call.DType.Size(), e.lay.piece
+	bl := blocked{count: count, n: e.n, es: es, piece: pb}
+	chunks := bl.chunks()
+	e.chunks = chunks
+	if err := e.postPieces(schedAllReduceTwoPhase, buf, bl, 0); err != nil {
+		return err
+	}
+	for i := range chunks {
+		k := e.k + uint64(i)
+		b := int(k % depth)
+		e.chunk = i
+		if err := e.awaitAll(2*k+1, b, true); err != nil {
+			return err
+		}
+		lo, hi := bl.part(e.me, i)
+		e.reduceInto(e.slot(e.me, b)[e.me*pb:][:hi-lo], buf[lo:hi], b, e.me*pb)
+		e.ready[e.me].Store(2*k + 2)
+		if i+1 < chunks {
+			if err := e.postPieces(schedAllReduceTwoPhase, buf, bl, i+1); err != nil {
+				return err
+			}
+			e.chunk = i
+		}
+		if err := e.awaitAll(2*k+2, b, false); err != nil {
+			return err
+		}
+		for r := range e.n {
+			lo, hi := bl.part(r, i)
+			copy(buf[lo:hi], e.slot(r, b)[r*pb:])
+		}
+		e.release(k)
+	}
+	e.k += uint64(chunks)
+	return nil
+}
+
+// postPieces is step 1 of a two-phase chunk i: claim, stamp, copy this
+// rank's pieces of the other blocks into its buffer, publish.
+func (e *Engine) postPieces(s schedule, buf []byte, bl blocked, i int) error {
+	k := e.k + uint64(i)
+	b := int(k % depth)
+	e.chunk = i
+	if err := e.claim(k); err != nil {
+		return err
+	}
+	e.open(s, k)
+	slot := e.slot(e.me, b)
+	for r := range e.n {
+		if r != e.me {
+			lo, hi := bl.part(r, i)
+			copy(slot[r*bl.piece:], buf[lo:hi])
+		}
+	}
+	e.post(b, 2*k+1)
+	return nil
+}
+
+// blocked is a buffer split into n blocks, walked a piece (of piece bytes)
+// of every block at a time: chunk i takes bytes [i*piece, (i+1)*piece) of
+// each block, or what is left of it. The blocks are pattern.Blocks(count,
+// n, r) of es-byte elements, or, when equal is set, n blocks of equal bytes
+// each, one after the other.
+type blocked struct {
+	count, n, es int
+	piece        int
+	equal        int
+}
+
+// block returns block r's bytes.
+func (bl blocked) block(r int) (off, l int) {
+	if bl.equal > 0 {
+		return r * bl.equal, bl.equal
+	}
+	off, l = pattern.Blocks(bl.count, bl.n, r)
+	return off * bl.es, l * bl.es
+}
+
+// chunks is the number of pieces of the longest block (block 0).
+func (bl blocked) chunks() int {
+	_, l := bl.block(0)
+	return (l + bl.piece - 1) / bl.piece
+}
+
+// part returns the bytes of the buffer that chunk i takes from block r.
+func (bl blocked) part(r, i int) (lo, hi int) {
+	off, l := bl.block(r)
+	s := min(i*bl.piece, l)
+	return off + s, off + min(s+bl.piece, l)
+}
+
+// reduceInto computes dst = x_0 op x_1 op ... op x_(n-1), where x_me is own
+// and x_j is peer j's buffer (of the current chunk, buffer b) from byte off.
+// The order is the same on every rank, so equal inputs give equal bits.
+// dst must not overlap own, except that it may be own exactly on ranks 0
+// and 1, whose input the first step reads before it writes.
+func (e *Engine) reduceInto(dst, own []byte, b, off int) {
+	c := e.call
+	x := func(j int) []byte {
+		if j == e.me {
+			return own
+		}
+		return e.slot(j, b)[off : off+len(dst)]
+	}
+	c.Kernel3(dst, x(0), x(1))
+	for j := 2; j < e.n; j++ {
+		c.Kernel(dst, x(j))
+	}
+}
+
+// checkReduce validates a reducing operation's call and buffer length and
+// returns the element size.
+func (e *Engine) checkReduce(c *Call, n int) (int, error) {
+	es := c.DType.Size()
+	switch {
+	case es == 0:
+		return 0, fmt.Errorf("mesh: %s: invalid dtype %s", describeOp(&c.Stamp), c.DType)
+	case c.Kernel3 == nil || c.Kernel == nil && e.n > 2:
+		return 0, fmt.Errorf("mesh: %s: no reduce kernel", describeOp(&c.Stamp))
+	case n%es != 0:
+		return 0, fmt.Errorf("mesh: %s: %d bytes is not a whole number of %s elements", describeOp(&c.Stamp), n, c.DType)
+	}
+	return es, nil
+}
+
+// checkData validates a non-reducing operation's dtype and buffer length.
+func checkData(c *Call, n int) (int, error) {
+	es := c.DType.Size()
+	switch {
+	case es == 0:
+		return 0, fmt.Errorf("mesh: %s: invalid dtype %s", describeOp(&c.Stamp), c.DType)
+	case n%es != 0:
+		return 0, fmt.Errorf("mesh: %s: %d bytes is not a whole number of %s elements", describeOp(&c.Stamp), n, c.DType)
+	}
+	return es, nil
+}

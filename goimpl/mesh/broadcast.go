@@ -1,0 +1,57 @@
+package mesh
+
+import (
+	"fmt"
+
+	"github.com/gohccl/gohccl/goimpl/shm"
+)
+
+// Broadcast copies root's buf into every other rank's buf. A chunk is the
+// next lay.buf bytes: the root copies it into its buffer and publishes it,
+// the others copy it out and release it. The root waits only for a buffer
+// to come free, so it runs up to depth-1 chunks ahead. Per rank: the root
+// reads and writes S, every other rank reads and writes S.
+func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
+	if _, err := checkData(c, len(buf)); err != nil {
+		return err
+	}
+	if root < 0 || root >= e.n {
+		return fmt.Errorf("mesh: %s: root %d is not a local rank (0..%d)", describeOp(&c.Stamp), root, e.n-1)
+	}
+	if err := e.begin(c); err != nil {
+		return err
+	}
+	shm.Guard()
+	defer func() { err = e.end(recover(), err) }()
+	switch {
+	case e.n == 1:
+		return nil
+	case len(buf) == 0:
+		return e.barrier(schedBroadcast)
+	}
+	B := e.lay.buf
+	chunks := (len(buf) + B - 1) / B
+	e.chunks = chunks
+	for i := range chunks {
+		k := e.k + uint64(i)
+		b := int(k % depth)
+		e.chunk = i
+		chunk := buf[i*B : min((i+1)*B, len(buf))]
+		e.open(schedBroadcast, k)
+		if e.me == root {
+			if err := e.claim(k); err != nil {
+				return err
+			}
+			copy(e.slot(root, b), chunk)
+			e.post(b, 2*k+1)
+		} else {
+			if err := e.await(root, 2*k+1, b, true, false); err != nil {
+				return err
+			}
+			copy(chunk, e.slot(root, b))
+		}
+		e.release(k)
+	}
+	e.k += uint64(chunks)
+	return nil
+}

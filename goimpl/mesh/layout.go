@@ -1,0 +1,116 @@
+package mesh
+
+import "github.com/gohccl/gohccl/goimpl/shm"
+
+// The tunables of the engine, in one place. Each is the same on every local
+// rank (they decide the region's layout and how many chunks an operation
+// takes), so they are constants of the build, not settings. docs/mesh.md
+// has the measurements behind each value.
+const (
+	// depth is the number of pipeline buffers per rank: chunk k uses buffer
+	// k%depth, so a rank may run up to depth-1 chunks ahead of the slowest
+	// peer that still reads its buffers. Two-phase chunks publish their
+	// next inputs before reading the last results, which needs depth >= 3
+	// never to wait for a free buffer; more costs region memory and cache
+	// footprint for no gain.
+	depth = 3
+)
+
+var (
+
+	// maxChunk caps the bytes of one pipeline buffer of one rank, which is
+	// the bytes of the message one chunk covers. A chunk's data (a rank's
+	// part of the message, its buffer, the peers' buffers it reads) must
+	// stay in the 1 MiB L2 of the core: larger chunks fall out to L3 and
+	// memory, smaller ones pay the two waits per chunk (about 0.3-1 us each)
+	// more often.
+	maxChunk = 256 << 10
+
+	// oneShotMax is the largest all-reduce (bytes per rank) that runs the
+	// one-shot schedule at two local ranks; above it the two-phase schedule
+	// runs. One-shot has one wait per chunk instead of two and reads
+	// (n+1)S bytes instead of (3n-1)/n S, so it wins while waits dominate;
+	// the reads grow with n, so the limit shrinks as 2*oneShotMax/n.
+	oneShotMax = 64 << 10
+
+	// reduceOneShotMax is oneShotMax for Reduce, where one-shot means the
+	// root alone reduces every input: the others only copy theirs in, so
+	// the root's (n+1)S reads are the whole cost.
+	reduceOneShotMax = 64 << 10
+)
+
+// MinBudget is the smallest data area a region is laid out for; RegionSize
+// and Attach treat smaller budgets as this.
+const MinBudget = 64 << 10
+
+// lineSize is the unit of the region's control area: each counter, info
+// record and stamp takes a cache line of its own, so that ranks writing
+// different ones never share a line.
+const lineSize = shm.CounterSize
+
+// A region is laid out as
+//
+//	control: per local rank r, 3+depth+textLines lines:
+//	    ready[r]   counter: r's writes for chunk k are visible (2k+1 inputs, 2k+2 results)
+//	    free[r]    counter: r has finished reading every buffer of chunk k (k+1)
+//	    info[r]    r's layout as it computed it, and its state (attached, failed, closed)
+//	    stamp[r][b] the stamp of the chunk r last wrote into buffer b, one line per buffer
+//	    text[r]    why r failed, once it has (textLines lines)
+//	data, from a page boundary: per local rank r, depth buffers of buf bytes,
+//	    each split into n pieces of piece bytes.
+//
+// Only the numbers below decide where anything is: no offset or size is ever
+// read from the region.
+type layout struct {
+	n       int
+	piece   int // bytes of one piece: one rank's share of a two-phase chunk
+	buf     int // bytes of one pipeline buffer: n pieces
+	rankCtl int // bytes of one rank's control block
+	dataOff int // where the buffers start
+	size    int // the region's bytes
+}
+
+// Control lines within a rank's control block.
+const (
+	lineReady = 0
+	lineFree  = 1
+	lineInfo  = 2
+	lineStamp = 3 // depth lines from here
+	lineText  = lineStamp + depth
+
+	// textLines bounds the failure text a rank leaves for its peers.
+	textLines = 16
+)
+
+func newLayout(n, budget int) layout {
+	budget = max(budget, MinBudget)
+	// n ranks hold depth buffers of n pieces each: n*n*depth pieces share
+	// the budget. Pieces are whole cache lines, so that no two ranks ever
+	// write one line and every element size divides them.
+	piece := budget / (n * n * depth) / lineSize * lineSize
+	piece = min(piece, maxChunk/n/lineSize*lineSize)
+	piece = max(piece, lineSize) // past n = 16 at the minimum budget, the budget is exceeded
+	l := layout{n: n, piece: piece, buf: n * piece, rankCtl: (lineText + textLines) * lineSize}
+	l.dataOff = (n*l.rankCtl + 4095) &^ 4095
+	l.size = l.dataOff + n*depth*l.buf
+	return l
+}
+
+// RegionSize returns the bytes of the shared region for n local ranks whose
+// data area is bounded by budget bytes (GOHCCL_BUFFSIZE; below MinBudget it
+// is MinBudget). Messages larger than the data area stream through it. The
+// data area is at most min(budget, n*depth*maxChunk); only past 16 local
+// ranks at the minimum budget does the floor of one cache line per piece
+// make it larger than budget.
+func RegionSize(n, budget int) int {
+	if n < 1 {
+		return 0
+	}
+	return newLayout(n, budget).size
+}
+
+// ctl returns the offset of line i of rank r's control block.
+func (l *layout) ctl(r, i int) int { return r*l.rankCtl + i*lineSize }
+
+// data returns the offset of rank r's buffer b.
+func (l *layout) data(r, b int) int { return l.dataOff + (r*depth+b)*l.buf }

@@ -1,0 +1,234 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gohccl/gohccl/goimpl/shm"
+	"github.com/gohccl/gohccl/goimpl/transport"
+)
+
+// The synchronisation protocol, shared by every schedule. For chunk k (the
+// global chunk sequence) in buffer b = k % depth:
+//
+//   - claim: before writing its buffer b or its stamp b, a rank waits until
+//     every peer's free counter is at least k+1-depth, i.e. every peer has
+//     finished reading chunk k-depth, the last one that used buffer b.
+//   - post: it writes its stamp and data, then stores ready = 2k+1
+//     (inputs) or 2k+2 (results). Peers that see the value see the bytes.
+//   - await: a peer waits for ready[j] >= 2k+1 (or 2k+2) and compares j's
+//     stamp for buffer b with the one it expects.
+//   - release: once a rank has read everything it reads of chunk k, it
+//     stores free = k+1. Every rank releases every chunk, in order, even one
+//     it read nothing of, so that claims never wait on a chunk nobody reads.
+//
+// Counters only grow: ready takes 2k+1 and 2k+2 for increasing k, free
+// takes k+1. Nothing is reset between operations, so no operation ever needs
+// a closing barrier.
+
+// schedule names what a chunk belongs to, in its stamp's Tag: two ranks that
+// agree on the stamp but run different schedules (a bug, or different
+// builds) are caught like a mismatched collective.
+type schedule uint8
+
+const (
+	schedBarrier schedule = 1 + iota
+	schedAllReduceOneShot
+	schedAllReduceTwoPhase
+	schedReduceOneShot
+	schedReduceTwoPhase
+	schedReduceScatter
+	schedReduceScatterBlocks
+	schedAllGather
+	schedAllGatherBlocks
+	schedBroadcast
+)
+
+var scheduleNames = [...]string{"invalid", "barrier", "one-shot all-reduce", "two-phase all-reduce",
+	"one-shot reduce", "two-phase reduce", "reduce-scatter", "reduce-scatter blocks",
+	"allgather", "allgather blocks", "broadcast"}
+
+func (s schedule) String() string {
+	if int(s) < len(scheduleNames) {
+		return scheduleNames[s]
+	}
+	return fmt.Sprintf("schedule(%d)", uint8(s))
+}
+
+// chunkTag packs a chunk's schedule and global chunk number into a Tag.
+func chunkTag(s schedule, k uint64) uint64 { return uint64(s)<<56 | k&(1<<56-1) }
+
+func describeChunk(tag uint64) string {
+	return fmt.Sprintf("chunk %d of the %s schedule", tag&(1<<56-1), schedule(tag>>56))
+}
+
+func describeOp(h *transport.Header) string {
+	return fmt.Sprintf("collective #%d (%s)", h.Seq, h.Fingerprint)
+}
+
+// open starts chunk k of schedule s: it computes the stamp every rank must
+// publish for it, which await compares the peers' stamps with.
+func (e *Engine) open(s schedule, k uint64) {
+	h := e.call.Stamp
+	h.Tag = chunkTag(s, k)
+	h.Len = 0
+	h.Encode(e.want[:])
+}
+
+func (e *Engine) stampLine(r, b int) []byte {
+	o := e.lay.ctl(r, lineStamp+b)
+	return e.region[o : o+transport.HeaderSize]
+}
+
+// slot returns rank r's buffer b.
+func (e *Engine) slot(r, b int) []byte {
+	o := e.lay.data(r, b)
+	return e.region[o : o+e.lay.buf : o+e.lay.buf]
+}
+
+// claim waits until this rank may write its buffer and stamp for chunk k.
+func (e *Engine) claim(k uint64) error {
+	if k < depth {
+		return nil
+	}
+	need := k + 1 - depth
+	for j := range e.n {
+		if j == e.me || e.seenFree[j] >= need {
+			continue
+		}
+		if err := e.wait(e.free, j, need, "buffer release", true); err != nil {
+			return err
+		}
+		e.seenFree[j] = e.free[j].Load()
+	}
+	return nil
+}
+
+// post publishes this rank's stamp for buffer b and then value v of ready:
+// the data must already be in the buffer.
+func (e *Engine) post(b int, v uint64) {
+	copy(e.stampLine(e.me, b), e.want[:])
+	e.ready[e.me].Store(v)
+}
+
+// await waits for ready[j] >= v. With stamp set it then checks j's stamp
+// for buffer b (the first wait on j in each chunk does).
+func (e *Engine) await(j int, v uint64, b int, stamp, all bool) error {
+	what := "inputs"
+	if v%2 == 0 {
+		what = "results"
+	}
+	if err := e.wait(e.ready, j, v, what, all); err != nil {
+		return err
+	}
+	if !e.checked[j] {
+		if err := e.checkInfo(j); err != nil {
+			return err
+		}
+	}
+	if stamp && string(e.stampLine(j, b)) != string(e.want[:]) {
+		return e.mismatch(j, b)
+	}
+	return nil
+}
+
+// awaitAll awaits every peer.
+func (e *Engine) awaitAll(v uint64, b int, stamp bool) error {
+	for j := range e.n {
+		if j != e.me {
+			if err := e.await(j, v, b, stamp, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// release tells the peers this rank has finished reading chunk k.
+func (e *Engine) release(k uint64) { e.free[e.me].Store(k + 1) }
+
+// wait waits for cs[j] >= v under the operation's deadline and stop check.
+// all says the rank waits on every peer's counter of cs in turn, so a
+// timeout names every peer still short of v.
+func (e *Engine) wait(cs []*shm.Counter, j int, v uint64, what string, all bool) error {
+	c := cs[j]
+	if c.Load() >= v {
+		return nil
+	}
+	e.waitC, e.waitV = c, v
+	err := c.WaitAtLeast(v, e.deadline, e.stopFn)
+	e.waitC = nil
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, shm.ErrDeadline):
+		t := &TimeoutError{Stamp: e.call.Stamp, What: what, Chunk: e.chunk, Chunks: e.chunks, Local: e.names == nil}
+		for r := range e.n {
+			if r == j || all && r != e.me && cs[r].Load() < v {
+				t.Missing = append(t.Missing, e.name(r))
+			}
+		}
+		return t
+	}
+	return fmt.Errorf("%s on shared memory: %w", describeOp(&e.call.Stamp), err)
+}
+
+func (e *Engine) name(r int) int {
+	if e.names != nil {
+		return e.names[r]
+	}
+	return r
+}
+
+// mismatch describes a peer whose stamp for buffer b is not the expected one.
+func (e *Engine) mismatch(j, b int) error {
+	var want, got transport.Header
+	if err := want.Decode(e.want[:]); err != nil {
+		return fmt.Errorf("mesh: internal: this rank's own stamp does not decode: %v", err)
+	}
+	if err := got.Decode(e.stampLine(j, b)); err != nil {
+		return fmt.Errorf("%w: %s expected %s but %s published a stamp that is not a valid header (%v)",
+			transport.ErrProtocol, e.who(e.me), describeOp(&want), e.who(j), err)
+	}
+	if got.Fingerprint != want.Fingerprint || got.Seq != want.Seq {
+		return fmt.Errorf("%w: %s expected %s but %s sent %s",
+			transport.ErrMismatch, e.who(e.me), describeOp(&want), e.who(j), describeOp(&got))
+	}
+	return fmt.Errorf("%w: %s expected %s in %s but %s sent %s",
+		transport.ErrMismatch, e.who(e.me), describeChunk(want.Tag), describeOp(&want), e.who(j), describeChunk(got.Tag))
+}
+
+// TimeoutError is a wait on the shared region that reached the operation's
+// deadline. It wraps transport.ErrTimeout.
+type TimeoutError struct {
+	// Stamp is the operation's stamp.
+	Stamp transport.Header
+	// What was awaited: "inputs", "results" or "buffer release".
+	What string
+	// Missing lists the ranks not heard from: local ranks, or the names
+	// SetRanks gave them (Local tells which).
+	Missing []int
+	Local   bool
+	// Chunk is the chunk of the operation the wait was in, of Chunks.
+	Chunk, Chunks int
+}
+
+func (t *TimeoutError) Error() string {
+	who := "rank"
+	if t.Local {
+		who = "local rank"
+	}
+	if len(t.Missing) != 1 {
+		who += "s"
+	}
+	ranks := make([]string, len(t.Missing))
+	for i, r := range t.Missing {
+		ranks[i] = fmt.Sprint(r)
+	}
+	return fmt.Sprintf("%v waiting for %s on shared memory: no %s from %s %s (chunk %d of %d)",
+		transport.ErrTimeout, describeOp(&t.Stamp), t.What, who, strings.Join(ranks, ", "), t.Chunk+1, t.Chunks)
+}
+
+// Unwrap makes errors.Is(err, transport.ErrTimeout) hold.
+func (t *TimeoutError) Unwrap() error { return transport.ErrTimeout }
