@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -21,9 +22,12 @@ import (
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
 )
 
-// The tests here check docs/reliability.md's promises on both transports:
-// in-process links (a send is a call into the peer's matcher) and TCP
-// sockets through the real bootstrap.
+// The tests here check docs/reliability.md's promises over every kind of
+// link: in-process (a send is a call into the peer's matcher), TCP sockets
+// through the real bootstrap, and shared-memory rings through the real
+// bootstrap with GOHCCL_ALGO=ring, so that the collectives run as schedules
+// over the links (the abort frame is link-agnostic) rather than on the
+// shared-memory engine.
 
 // reliabilityTimeout is the op deadline of these tests: every failure that
 // does not wait for a deadline must arrive well within it.
@@ -34,7 +38,7 @@ const reliabilityTimeout = 10 * time.Second
 // machine.
 const fastFailure = 3 * time.Second
 
-var transports = []string{"inproc", "tcp"}
+var transports = []string{"inproc", "tcp", "shm"}
 
 // group makes n communicators over the named transport; t.Cleanup closes
 // them.
@@ -49,11 +53,16 @@ func group(t *testing.T, transport string, n int) []*Comm {
 			require.NoError(t, err)
 			comms[r] = c
 		}
-	case "tcp":
+	case "tcp", "shm":
+		cfg := smallBuffers()
+		cfg.Transport = transport
+		if transport == "shm" {
+			cfg.Algo = "ring"
+		}
 		store := rendezvous.NewMemStore()
 		noErrors(t, runIndexed(n, func(r int) error {
 			var err error
-			comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: reliabilityTimeout, Config: smallBuffers(), MasterAddr: "127.0.0.1"})
+			comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: reliabilityTimeout, Config: cfg, MasterAddr: "127.0.0.1"})
 			return err
 		}))
 	default:
@@ -179,7 +188,11 @@ func TestPeerAbortCarriesTheCause(t *testing.T) {
 					assert.Contains(t, pa.Cause, "collective mismatch")
 					assert.ErrorIs(t, err, transport.ErrPeerLost)
 				}
-				assert.NotContains(t, err.Error(), "closed the connection", "rank %d got a bare connection loss", r)
+				// A lost connection may be what this rank saw first; the
+				// cause must come first all the same.
+				cause, _, _ := strings.Cut(err.Error(), " (this rank saw: ")
+				assert.NotContains(t, cause, "closed the connection", "rank %d got a bare connection loss", r)
+				assert.NotContains(t, cause, "closed its shared-memory link", "rank %d got a bare connection loss", r)
 			}
 			assert.GreaterOrEqual(t, aborted, 1, "no rank learned the cause from a peer: %v", errs)
 		})
@@ -205,17 +218,20 @@ func TestTimeoutNamesSilentPeers(t *testing.T) {
 			})
 			require.NoError(t, errs[2])
 			// Which of ranks 0 and 1 times out first depends on the
-			// schedule; the other learns of it from its abort frame and
-			// adds what it waited for. Between them they name rank 2.
+			// schedule (the other learns of it from its abort frame and
+			// adds what it waited for), and a rank may wait for one that
+			// is itself stalled. Between them they name rank 2 as silent:
+			// last heard from in #1, or never where #1 (a barrier on the
+			// shared-memory engine) sent no frames.
 			named := false
 			for r := 0; r < 2; r++ {
 				err := errs[r]
 				require.Error(t, err, "rank %d", r)
 				assert.ErrorIs(t, err, transport.ErrTimeout, "rank %d", r)
 				assert.Contains(t, err.Error(), fmt.Sprintf("allreduce #2 on rank %d failed", r))
-				assert.Contains(t, err.Error(), "not heard from in #2: rank ")
+				assert.Regexp(t, `not heard from in #2: rank \d|rank \d sent frames of #2 but not the awaited one`, err.Error())
 				assert.Less(t, took[r], timeout+fastFailure)
-				named = named || strings.Contains(err.Error(), "rank 2 (last heard from in #1)")
+				named = named || regexp.MustCompile(`not heard from in #2: (rank \d \([^)]*\), )*rank 2 \((last heard from in #1|no collective frame from it yet)\)`).MatchString(err.Error())
 			}
 			assert.True(t, named, "no rank named rank 2 as silent: %v", errs)
 		})
@@ -353,6 +369,22 @@ func openFDs(t *testing.T) (fds, sockets int) {
 	return len(entries), sockets
 }
 
+// shmSegments lists the files of /dev/shm that gohccl segments are named by.
+func shmSegments(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "gohccl") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
 // settled waits until the goroutine count is back to at most want and
 // returns the count.
 func settled(want int) int {
@@ -366,11 +398,13 @@ func settled(want int) int {
 	}
 }
 
-// TestNoLeaksOverCycles runs 100 cycles of bootstrap, collectives (one of
-// them failing, so the abort path runs too) and Close over TCP in this
-// process, then a bootstrap that fails because a rank never arrives: no
-// goroutine and no file descriptor is left behind.
+// TestNoLeaksOverCycles runs 100 cycles of bootstrap, collectives (one in
+// ten failing, so the abort path runs too) and Close in this process (the
+// ranks share a host: shared memory and TCP), then a bootstrap that fails
+// because a rank never arrives: no goroutine, file descriptor or /dev/shm
+// segment is left behind.
 func TestNoLeaksOverCycles(t *testing.T) {
+	var ids []string // communicator ids, which name their segments
 	cycle := func(fail bool) {
 		store := rendezvous.NewMemStore()
 		comms := make([]*Comm, 2)
@@ -379,6 +413,7 @@ func TestNoLeaksOverCycles(t *testing.T) {
 			comms[r], err = New(store, Options{Rank: r, Size: 2, Timeout: reliabilityTimeout, Config: smallBuffers(), MasterAddr: "127.0.0.1"})
 			return err
 		}))
+		require.Contains(t, comms[0].Describe(), "shm:", "the ranks of one host should share memory")
 		errs := runAll(comms, func(c *Comm) error {
 			buf := make([]byte, 4096)
 			if err := c.AllReduce(buf, 1024, reduce.Float32, reduce.Sum, 0); err != nil {
@@ -393,6 +428,7 @@ func TestNoLeaksOverCycles(t *testing.T) {
 			noErrors(t, errs)
 		}
 		for _, c := range comms {
+			ids = append(ids, c.id)
 			c.Close()
 		}
 	}
@@ -412,4 +448,10 @@ func TestNoLeaksOverCycles(t *testing.T) {
 	fds, sockets := openFDs(t)
 	assert.LessOrEqual(t, sockets, baseSockets, "sockets left open")
 	assert.LessOrEqual(t, fds, baseFDs, "file descriptors left open")
+	// Other processes may be using /dev/shm: only this test's names count.
+	for _, name := range shmSegments(t) {
+		for _, id := range ids {
+			assert.False(t, strings.HasPrefix(name, "gohccl-"+id), "segment %s left in /dev/shm", name)
+		}
+	}
 }
