@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/tcp"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // peerInfo is what each rank publishes about itself during bootstrap.
@@ -168,6 +170,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 			loc.close()
 		}
 		return nil, err
+	}
+	if loc != nil {
+		loc.level0 = slices.Equal(loc.ranks, c.hier.Local) && loc.spec.Per[tune.AllReduce].Level0 == tune.Auto
 	}
 	if opt.Config.Debug >= config.Info {
 		for p, pi := range peers {

@@ -7,6 +7,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // checkBuf refuses a buffer whose length is not count elements of dt.
@@ -57,7 +58,12 @@ func (c *Comm) AllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op, t
 	if err != nil {
 		return err
 	}
-	if err := c.allReduce(o, buf, count); err != nil {
+	if c.onMesh(tune.AllReduce) {
+		err = c.local.engine.AllReduce(c.meshCall(o), buf)
+	} else {
+		err = c.allReduce(o, buf, count)
+	}
+	if err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, buf)
@@ -76,6 +82,9 @@ func (c *Comm) Broadcast(buf []byte, count int, dt reduce.DType, root int, timeo
 	o, err := c.begin(fp, timeout, false)
 	if err != nil {
 		return err
+	}
+	if c.onMesh(tune.Broadcast) {
+		return c.end(c.local.engine.Broadcast(c.meshCall(o), buf, root))
 	}
 	return c.end(c.broadcast(o, buf, root))
 }
@@ -97,7 +106,12 @@ func (c *Comm) Reduce(buf []byte, count int, dt reduce.DType, op reduce.Op, root
 	if err != nil {
 		return err
 	}
-	if err := c.reduce(o, buf, root); err != nil {
+	if c.onMesh(tune.Reduce) {
+		err = c.local.engine.Reduce(c.meshCall(o), buf, root)
+	} else {
+		err = c.reduce(o, buf, root)
+	}
+	if err != nil {
 		return c.end(err)
 	}
 	if c.rank == root {
@@ -119,6 +133,9 @@ func (c *Comm) AllGather(in, out []byte, count int, dt reduce.DType, timeout tim
 	if err != nil {
 		return err
 	}
+	if c.onMesh(tune.AllGather) {
+		return c.end(c.local.engine.AllGather(c.meshCall(o), in, out))
+	}
 	return c.end(c.allGather(o, in, out, count))
 }
 
@@ -139,7 +156,12 @@ func (c *Comm) ReduceScatter(in, out []byte, count int, dt reduce.DType, op redu
 	if err != nil {
 		return err
 	}
-	if err := c.reduceScatter(o, in, out, count); err != nil {
+	if c.onMesh(tune.ReduceScatter) {
+		err = c.local.engine.ReduceScatter(c.meshCall(o), in, out)
+	} else {
+		err = c.reduceScatter(o, in, out, count)
+	}
+	if err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, out)
@@ -237,6 +259,9 @@ func (c *Comm) Barrier(timeout time.Duration) error {
 	o, err := c.begin(fp, timeout, false)
 	if err != nil {
 		return err
+	}
+	if c.local != nil && c.local.whole {
+		return c.end(c.local.engine.Barrier(c.meshCall(o)))
 	}
 	return c.end(algo.BarrierDissemination(o))
 }

@@ -9,6 +9,9 @@ import (
 func (c *Comm) allReduce(o *algo.Op, buf []byte, count int) error {
 	ch := c.tuner.Choose(tune.AllReduce, len(buf))
 	if ch.Algo == tune.Hier {
+		if c.meshLevel0() {
+			return c.allReduceHierMesh(o, buf, count, allReduceFunc(ch.Level1))
+		}
 		return algo.AllReduceHier(o, buf, count, c.hier, level0(ch.Level0), allReduceFunc(ch.Level1))
 	}
 	return allReduceFunc(ch.Algo)(o, buf, count)

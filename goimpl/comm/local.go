@@ -7,9 +7,11 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gohccl/gohccl/goimpl/mesh"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/shm"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	"github.com/gohccl/gohccl/goimpl/tune"
 	shmlink "github.com/gohccl/gohccl/goimpl/transport/shm"
 )
 
@@ -21,9 +23,19 @@ type local struct {
 	ranks  []int // communicator ranks on this host, ascending
 	me     int   // this rank's index in ranks
 	seg    *shm.Segment
+	engine *mesh.Engine
 	// whole is true when every rank of the communicator is on this host,
-	// so the mesh engine can run whole collectives.
-	whole bool
+	// so the mesh engine can run whole collectives; meshFor says which
+	// collectives GOHCCL_ALGO leaves to it.
+	whole   bool
+	meshFor [tune.NumColls]bool
+	// level0 is true when this host's ranks are exactly this rank's
+	// node in the topology (set by the communicator once it has one) and
+	// GOHCCL_ALGO names no level0: the hierarchical all-reduce then runs
+	// its level0 on the mesh engine.
+	level0 bool
+	spec   tune.Spec
+	call    mesh.Call
 }
 
 // ringBytes is the ring each directed pair of local ranks gets for the
@@ -36,6 +48,9 @@ func ringBytes(budget, n int) int {
 	return min(max(r, 16<<10), 1<<20) &^ 4095
 }
 
+
+// meshBudget is the data area of the mesh engine.
+func meshBudget(budget int) int { return max(budget-budget/4, 64<<10) }
 
 // segmentName names the segment of one host's ranks of one communicator:
 // the communicator id and the host's lowest rank (distinct per host), so
@@ -81,7 +96,8 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		return nil, nil, nil
 	}
 	budget := int(opt.Config.BuffSize)
-	meshSize := 0
+	meshBytes := mesh.RegionSize(n, meshBudget(budget))
+	meshSize := (meshBytes + 4095) &^ 4095 // the links' rings start on a page
 	ring := ringBytes(budget, n)
 	size := meshSize + shmlink.RegionSize(n, ring)
 	name := segmentName(commID, ranks[0])
@@ -135,8 +151,15 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	}
 
 	region := seg.Bytes()
+	engine, err := mesh.Attach(region[:meshBytes], n, me, meshBudget(budget))
+	if err != nil {
+		return nil, nil, err
+	}
+	engine.SetRanks(ranks)
+	engine.SetStop(m.Health)
 	links, err = shmlink.Attach(region[meshSize:], ranks, me, ring, m)
 	if err != nil {
+		engine.Close()
 		return nil, nil, err
 	}
 	if n > runtime.NumCPU() {
@@ -144,7 +167,13 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		// the rank it waits for needs.
 		shm.SetPolicy(shm.Policy{Spin: 5 * time.Microsecond, Yield: true})
 	}
-	l = &local{ranks: ranks, me: me, seg: seg, whole: n == len(peers)}
+	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers)}
+	spec, _ := tune.ParseAlgo(opt.Config.Algo) // validated with the config
+	l.spec = spec
+	for coll := range l.meshFor {
+		a := spec.Per[coll].Algo
+		l.meshFor[coll] = a == tune.Auto || a == tune.Mesh
+	}
 	log.Infof("shared memory with ranks %v: %d bytes (mesh %d, rings %d per pair)", ranks, size, meshSize, ring)
 	return l, links, nil
 }
@@ -152,6 +181,7 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 // close releases the segment. The links and the engine must be closed and
 // no op may be running.
 func (l *local) close() {
+	l.engine.Close()
 	l.seg.Close()
 }
 
