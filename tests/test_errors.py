@@ -3,6 +3,7 @@ still works afterwards), a peer that never joins (timeouts name the op and
 come back in bounded time), and destroy_process_group + init again."""
 
 import os
+import re
 import time
 
 import pytest
@@ -402,3 +403,349 @@ def test_mismatched_collectives_reported(backend, mismatch):
     # detected and named, not waited out.
     assert any(w in m for m in messages for w in ("mismatch", "differ")), (
         f"{mismatch} mismatch: the messages do not say what went wrong: {messages}")
+
+
+# ------------------------- mismatches at world 3 and 4, and what follows them
+
+# Each case on its own group of every rank: rank 1 issues something else than
+# the others. The rank that receives a frame of the other op names both
+# fingerprints; it tells every peer in an abort frame, so every rank fails
+# within a fraction of the group's timeout (MISMATCH_PG_TIMEOUT_S), and the
+# next op on the group fails at once with the first error.
+WORLD_MISMATCHES = ["kind", "dtype", "count", "root", "op", "order", "skipped"]
+MISMATCH_WORLDS = [3, 4]
+MISMATCH_PG_TIMEOUT_S = 30.0
+FAST_S = 5.0  # "within a fraction of the timeout", with room for a loaded machine
+N = 8
+
+
+def _world_mismatch_calls(torch, dist, r):
+    """case -> (what the other ranks issue, what rank 1 issues, fingerprints
+    both must appear in every rank's message). Each side is a list of ops."""
+    ar = lambda g, dtype=torch.float32, op=dist.ReduceOp.SUM, n=N: dist.all_reduce(  # noqa: E731
+        torch.ones(n, dtype=dtype), op=op, group=g)
+    bc = lambda g, src=0: dist.broadcast(torch.ones(N), src=src, group=g)  # noqa: E731
+    return {
+        "kind": ([ar], [lambda g: bc(g)],
+                 [f"allreduce float32 count {N} op sum", f"broadcast float32 count {N} root 0"]),
+        "dtype": ([ar], [lambda g: ar(g, dtype=torch.int32)],
+                  [f"allreduce float32 count {N}", f"allreduce int32 count {N}"]),
+        "count": ([ar], [lambda g: ar(g, n=N + 3)],
+                  [f"allreduce float32 count {N} op sum", f"allreduce float32 count {N + 3} op sum"]),
+        # Each root only sends, so both may finish the broadcast; the frame
+        # of the other tree is found by the next op, whose message names it
+        # (root 0's or root 1's, by which rank found it) and that op.
+        "root": ([bc], [lambda g: bc(g, src=1)], [f"broadcast float32 count {N} root "]),
+        "op": ([ar], [lambda g: ar(g, op=dist.ReduceOp.MAX)], ["op sum", "op max"]),
+        # The same two ops in the other order.
+        "order": ([ar, bc], [bc, ar],
+                  [f"allreduce float32 count {N} op sum", f"broadcast float32 count {N} root 0"]),
+        # Rank 1 leaves out the first of the two.
+        "skipped": ([ar, bc], [bc],
+                    [f"allreduce float32 count {N} op sum", f"broadcast float32 count {N} root 0"]),
+    }
+
+
+def _outcome(fn):
+    start = time.time()
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        return {"message": f"{type(exc).__name__}: {exc}", "elapsed": time.time() - start}
+    return {"message": None, "elapsed": time.time() - start}
+
+
+def _world_mismatch(ctx):
+    import datetime
+    import torch
+    import torch.distributed as dist
+    r, ws = ctx.rank, ctx.world_size
+    timeout = datetime.timedelta(seconds=MISMATCH_PG_TIMEOUT_S)
+    calls = _world_mismatch_calls(torch, dist, r)
+    groups = {m: dist.new_group(list(range(ws)), timeout=timeout) for m in WORLD_MISMATCHES}
+    groups["missing"] = dist.new_group(list(range(ws)), timeout=datetime.timedelta(seconds=SHORT_TIMEOUT_S))
+    out = {}
+    for m in WORLD_MISMATCHES:
+        g = groups[m]
+        ops = calls[m][1] if r == 1 else calls[m][0]
+        start = time.time()
+        first = None
+        # A rank whose part needed nothing from rank 1 (a broadcast root)
+        # may finish an op; it must learn at its next one.
+        for op in ops + [lambda g: dist.all_reduce(torch.ones(2), group=g)]:
+            o = _outcome(lambda: op(g))
+            if o["message"]:
+                first = {"message": o["message"], "elapsed": time.time() - start}
+                break
+        after = _outcome(lambda: dist.barrier(group=g)) if first else None
+        out[m] = {"first": first, "after": after}
+    # Rank 1 never issues the op, but stays (an exit would be a lost peer):
+    # the others time out naming it.
+    marks = [os.path.join(ctx.workdir, f"missing-done-{q}") for q in range(ws) if q != 1]
+    if r != 1:
+        out["missing"] = _outcome(lambda: dist.all_reduce(torch.ones(N), group=groups["missing"]))
+        open(os.path.join(ctx.workdir, f"missing-done-{r}"), "w").close()
+    else:
+        deadline = time.time() + 60
+        while not all(os.path.exists(p) for p in marks) and time.time() < deadline:
+            time.sleep(0.05)
+    return out
+
+
+def world_mismatch_results(backend, world):
+    return launch_cached("world_mismatch", _world_mismatch, world, backend, timeout=TIMEOUT,
+                         pg_timeout=MISMATCH_PG_TIMEOUT_S, destroy=False)
+
+
+@pytest.mark.parametrize("world", MISMATCH_WORLDS, ids=lambda w: f"w{w}")
+@pytest.mark.parametrize("mismatch", WORLD_MISMATCHES)
+def test_mismatch_reaches_every_rank(backend, world, mismatch):
+    reason = skip_reason(backend, feature="mismatch_detection")
+    if reason:
+        pytest.skip(reason)
+    import torch
+    import torch.distributed as dist
+    wants = _world_mismatch_calls(torch, dist, 0)[mismatch][2]
+    for r, out in enumerate(world_mismatch_results(backend, world)):
+        o = out[mismatch]
+        assert o["first"], f"rank {r}: a {mismatch} mismatch went unnoticed (no op failed)"
+        msg, elapsed = o["first"]["message"], o["first"]["elapsed"]
+        assert elapsed < FAST_S, (
+            f"rank {r}: the {mismatch} mismatch took {elapsed:.1f}s to fail "
+            f"(timeout {MISMATCH_PG_TIMEOUT_S:.0f}s): {msg}")
+        assert "collective mismatch" in msg, f"rank {r}: {msg}"
+        for w in wants:
+            assert w in msg, f"rank {r}: message does not name {w!r}: {msg}"
+        assert re.search(r"rank \d \(this process\) expected .* but rank \d sent", msg), \
+            f"rank {r}: message does not name both ranks: {msg}"
+        # Broken: the next op fails at once, with the first error.
+        a = o["after"]
+        assert a["message"], f"rank {r}: a barrier after the mismatch succeeded"
+        assert a["elapsed"] < 1.5, f"rank {r}: the op after the mismatch took {a['elapsed']:.1f}s"
+        assert "collective mismatch" in a["message"], f"rank {r}: not the first error: {a['message']}"
+
+
+# How a timeout names the peers it waited for: over links ("not heard from
+# in #1: rank 1 (...)", or a peer that is itself stalled), on the
+# shared-memory engine ("no inputs from rank 1" / "ranks 1, 3").
+SILENT_PEER = (r"not heard from in #1: rank \d|rank \d sent frames of #1 but not the awaited one|"
+               r"no \w+ from (local )?ranks? \d")
+RANK1_SILENT = (r"not heard from in #1: (rank \d \([^)]*\), )*rank 1 \(|"
+                r"no \w+ from (local )?ranks? ([\d]+, )*1\b")
+
+
+@pytest.mark.parametrize("world", MISMATCH_WORLDS, ids=lambda w: f"w{w}")
+def test_missing_rank_times_out_naming_it(backend, world):
+    """Rank 1 never issues the op: every other rank fails at about the
+    timeout, naming the op, its sequence number, and between them rank 1 as
+    the peer not heard from."""
+    reason = skip_reason(backend, feature="timeout_names_op")
+    if reason:
+        pytest.skip(reason)
+    per_rank = world_mismatch_results(backend, world)
+    named = []
+    for r, out in enumerate(per_rank):
+        if r == 1:
+            continue
+        o = out["missing"]
+        assert o["message"], f"rank {r}: the op without rank 1 succeeded"
+        msg = o["message"]
+        assert SHORT_TIMEOUT_S * 0.5 < o["elapsed"] < SHORT_TIMEOUT_S + FAST_S, f"rank {r}: {o['elapsed']:.1f}s: {msg}"
+        assert "timed out" in msg and "allreduce #1" in msg, f"rank {r}: {msg}"
+        # Over links: "not heard from in #1: rank 1 (...)"; on the
+        # shared-memory engine: "no inputs from rank 1".
+        assert re.search(SILENT_PEER, msg), f"rank {r}: no silent peer named: {msg}"
+        named.append(bool(re.search(RANK1_SILENT, msg)))
+    assert any(named), f"no rank named rank 1 as the silent peer: {[o.get('missing') for o in per_rank]}"
+
+
+# --------------------------------------------------------------- dead peers
+
+# Rank 2 of a world of 3 is a process of its own (a "victim" that the harness
+# worker of rank 2 starts, so that its death is not a harness failure). Ranks
+# 0 and 1 wait in an all_reduce that needs it; the worker then ends the victim
+# in one of three ways. The survivors must raise within DEAD_FAST_S of its
+# end, naming rank 2, far within their timeout (DEAD_PG_TIMEOUT_S): the loss
+# is detected, not timed out.
+DEATHS = ["sigkill", "exit", "destroy"]
+DEAD_PG_TIMEOUT_S = 60.0
+DEAD_FAST_S = 5.0
+
+
+def _victim_main(init_method, world, mode, workdir):
+    """The victim rank 2: join, take part in one all_reduce, then idle until
+    killed (sigkill), or on a signal file exit without cleanup (exit) or
+    destroy its process group while the others wait (destroy)."""
+    import datetime
+    import torch
+    import torch.distributed as dist
+    import gohccl  # noqa: F401
+    dist.init_process_group("gohccl", init_method=init_method, rank=2, world_size=world,
+                            timeout=datetime.timedelta(seconds=DEAD_PG_TIMEOUT_S))
+    dist.all_reduce(torch.ones(4))
+    go = os.path.join(workdir, f"victim-go-{mode}")
+    deadline = time.time() + 120
+    while not os.path.exists(go) and time.time() < deadline:
+        time.sleep(0.01)
+    if mode == "destroy":
+        dist.destroy_process_group()
+        time.sleep(2)  # alive, with its connections closed
+    os._exit(3)
+
+
+def _dead_peer(ctx):
+    if ctx.rank == 2:
+        return _end_victims(ctx)
+    import torch
+    import torch.distributed as dist
+    out = {}
+    for i, mode in enumerate(DEATHS):
+        ctx.init(name=f"dead-{i}", timeout_s=DEAD_PG_TIMEOUT_S)
+        dist.all_reduce(torch.ones(4))  # every rank is connected
+        open(os.path.join(ctx.workdir, f"waiting-{mode}-{ctx.rank}"), "w").close()
+        o = _outcome(lambda: dist.all_reduce(torch.ones(1000)))
+        failed_at = time.time()
+        with open(os.path.join(ctx.workdir, f"ended-{mode}")) as f:
+            ended = float(f.read())
+        o["after_end"] = failed_at - ended
+        o["after_broken"] = _outcome(lambda: dist.barrier())
+        out[mode] = o
+        dist.destroy_process_group()
+    return out
+
+
+def _end_victims(ctx):
+    """Rank 2's worker: start one victim per round (together, so that their
+    start-up overlaps the earlier rounds; each waits in its own rendezvous),
+    and end each once both survivors wait for it."""
+    import signal
+    import subprocess
+    import sys
+    victims = {}
+    out = {}
+    try:
+        for i, mode in enumerate(DEATHS):
+            code = (f"import test_errors; test_errors._victim_main({ctx.init_method(f'dead-{i}')!r}, "
+                    f"{ctx.world_size}, {mode!r}, {ctx.workdir!r})")
+            victims[mode] = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+        for mode in DEATHS:
+            marks = [os.path.join(ctx.workdir, f"waiting-{mode}-{r}") for r in (0, 1)]
+            deadline = time.time() + 90
+            while not all(os.path.exists(p) for p in marks) and time.time() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # let both survivors block in their all_reduce
+            with open(os.path.join(ctx.workdir, f"ended-{mode}"), "w") as f:
+                f.write(repr(time.time()))
+            if mode == "sigkill":
+                victims[mode].send_signal(signal.SIGKILL)
+            else:
+                open(os.path.join(ctx.workdir, f"victim-go-{mode}"), "w").close()
+            out[mode] = {"victim_rc": victims[mode].wait(timeout=60)}
+    finally:
+        for v in victims.values():
+            if v.poll() is None:
+                v.kill()
+                v.wait()
+    return out
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_dead_peer_detected(backend, death):
+    if backend == "gloo":
+        pytest.skip("gloo's message for a lost peer names the socket, not the rank")
+    per_rank = launch_cached("dead_peer", _dead_peer, 3, backend, timeout=TIMEOUT, init=False,
+                             pg_timeout=DEAD_PG_TIMEOUT_S)
+    assert per_rank[2][death]["victim_rc"] in (3, -9), per_rank[2][death]
+    for r in (0, 1):
+        o = per_rank[r][death]
+        assert o["message"], f"rank {r}: the all_reduce succeeded without rank 2"
+        assert o["after_end"] < DEAD_FAST_S, (
+            f"rank {r}: raised {o['after_end']:.1f}s after rank 2 ended ({death}); "
+            f"timeout {DEAD_PG_TIMEOUT_S:.0f}s: {o['message']}")
+        msg = o["message"]
+        assert "rank 2" in msg, f"rank {r}: the message does not name rank 2: {msg}"
+        assert "timed out" not in msg, f"rank {r}: timed out instead of detecting the loss: {msg}"
+        a = o["after_broken"]
+        assert a["message"] and a["elapsed"] < 1.5, f"rank {r}: op after the loss: {a}"
+
+
+# ------------------------------------------------------- abort and shutdown
+
+def _abort_and_shutdown(ctx):
+    """Rank 0 waits on ops rank 1 never joins (an all_reduce and an irecv),
+    then aborts their group from another thread; then on a second group with
+    a short timeout, destroys it with an op in progress and one queued.
+    The default group must work afterwards."""
+    import datetime
+    import threading
+    import torch
+    import torch.distributed as dist
+    r = ctx.rank
+    ga = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=60))
+    gs = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=SHORT_TIMEOUT_S))
+    done = os.path.join(ctx.workdir, "abort-done")
+    out = {}
+    if r == 0:
+        works = {"all_reduce": dist.all_reduce(torch.ones(4), group=ga, async_op=True),
+                 "irecv": dist.irecv(torch.ones(4), src=1, group=ga)}
+        time.sleep(0.5)
+        aborted_at = []
+        t = threading.Thread(target=lambda: (aborted_at.append(time.time()),
+                                             dist.distributed_c10d._abort_process_group(ga)))
+        t.start()
+        for name, w in works.items():
+            o = _outcome(w.wait)
+            o["after_abort"] = time.time() - aborted_at[0]
+            out[name] = o
+        t.join(30)
+        out["abort_returned"] = not t.is_alive()
+
+        running = dist.all_reduce(torch.ones(4), group=gs, async_op=True)
+        queued = dist.all_reduce(torch.ones(4), group=gs, async_op=True)
+        time.sleep(0.2)
+        start = time.time()
+        dist.destroy_process_group(gs)
+        out["destroy_s"] = time.time() - start
+        out["running"] = _outcome(running.wait)
+        out["queued"] = _outcome(queued.wait)
+        open(done, "w").close()
+    else:
+        deadline = time.time() + 120
+        while not os.path.exists(done) and time.time() < deadline:
+            time.sleep(0.05)
+    t = torch.full((3,), float(r + 1))
+    dist.all_reduce(t)
+    out["default_after"] = t.tolist()
+    return out
+
+
+def abort_results(backend):
+    return launch_cached("abort", _abort_and_shutdown, 2, backend, timeout=TIMEOUT)
+
+
+def test_abort_unblocks_waiting_ops(backend):
+    if backend == "gloo":
+        pytest.skip("gloo's abort is not exercised here")
+    o = abort_results(backend)[0]
+    assert o["abort_returned"], "abort() did not return"
+    for name in ("all_reduce", "irecv"):
+        w = o[name]
+        assert w["message"], f"{name} waiting on an absent peer succeeded after abort"
+        assert w["after_abort"] < 2.0, f"{name} ended {w['after_abort']:.1f}s after abort: {w['message']}"
+        assert "abort" in w["message"].lower(), f"{name}: {w['message']}"
+
+
+def test_shutdown_ends_every_op(backend):
+    """destroy_process_group lets the op in progress end (here at its
+    timeout: its peer never joins) and fails the queued one; nothing hangs,
+    and the default group still works."""
+    if backend == "gloo":
+        pytest.skip("gloo's shutdown is not exercised here")
+    per_rank = abort_results(backend)
+    o = per_rank[0]
+    assert o["destroy_s"] < SHORT_TIMEOUT_S + FAST_S, f"destroy took {o['destroy_s']:.1f}s"
+    assert o["running"]["message"], "the op in progress succeeded without its peer"
+    assert o["queued"]["message"], "the queued op succeeded without its peer"
+    assert "destroyed" in o["queued"]["message"], o["queued"]["message"]
+    for r, res in enumerate(per_rank):
+        assert res["default_after"] == [3.0] * 3, f"rank {r}: {res['default_after']}"
