@@ -85,6 +85,16 @@ void writeErr(char* err, size_t errLen, const std::string& msg) {
   err[n] = '\0';
 }
 
+// storeError is a store exception's message for libgohccl's error text:
+// without the C++ backtrace torch appends to a c10::Error's what(), which
+// would bury the reason (a store timeout, say) in a page of frames.
+std::string storeError(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+    return ce->what_without_backtrace();
+  }
+  return e.what();
+}
+
 int storeSet(
     void* ctx,
     const char* key,
@@ -97,7 +107,7 @@ int storeSet(
         key, std::vector<uint8_t>(value, value + len));
     return 0;
   } catch (const std::exception& e) {
-    writeErr(err, errLen, c10::str("store set of ", key, ": ", e.what()));
+    writeErr(err, errLen, c10::str("store set of ", key, ": ", storeError(e)));
     return 1;
   }
 }
@@ -131,7 +141,7 @@ int storeGet(
     *len = got.size();
     return 0;
   } catch (const std::exception& e) {
-    writeErr(err, errLen, c10::str("store get of ", key, ": ", e.what()));
+    writeErr(err, errLen, c10::str("store get of ", key, ": ", storeError(e)));
     return 1;
   }
 }
@@ -147,7 +157,7 @@ int storeAdd(
     *out = static_cast<c10d::Store*>(ctx)->add(key, delta);
     return 0;
   } catch (const std::exception& e) {
-    writeErr(err, errLen, c10::str("store add to ", key, ": ", e.what()));
+    writeErr(err, errLen, c10::str("store add to ", key, ": ", storeError(e)));
     return 1;
   }
 }
