@@ -165,7 +165,7 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	if n > runtime.NumCPU() {
 		// More ranks than cores: a spinning rank would hold the core
 		// the rank it waits for needs.
-		shm.SetPolicy(shm.Policy{Spin: 5 * time.Microsecond, Yield: true})
+		shm.SetPolicy(shm.Policy{Spin: 5 * time.Microsecond, Yield: true, YieldFor: time.Millisecond})
 	}
 	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers)}
 	spec, _ := tune.ParseAlgo(opt.Config.Algo) // validated with the config

@@ -70,11 +70,22 @@ type Policy struct {
 	// Yield gives the core away between polls: for hosts with more local
 	// ranks than cores.
 	Yield bool
+	// YieldFor is how long to keep polling after Spin, giving the core
+	// away (sched_yield) between polls, before sleeping. On a busy host a
+	// sleeping rank, once woken, waits for a core for up to a scheduler
+	// slice (milliseconds), while a rank that yields stays runnable and
+	// sees its peer within one round of the run queue; on an idle host
+	// this costs a core for that long. Waits longer than this (a peer
+	// still computing) sleep.
+	YieldFor time.Duration
 }
 
 var policy atomic.Pointer[Policy]
 
-func init() { SetPolicy(Policy{Spin: 50 * time.Microsecond}) }
+func init() { SetPolicy(DefaultPolicy) }
+
+// DefaultPolicy is the wait policy of a host with a core per local rank.
+var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Millisecond}
 
 // SetPolicy sets the wait policy of this process.
 func SetPolicy(p Policy) { policy.Store(&p) }
@@ -109,6 +120,15 @@ func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) e
 			if i%4096 == 0 {
 				runtime.Gosched()
 			}
+		}
+	}
+	for i := 0; p.YieldFor > 0; i++ {
+		if c.v.Load() >= v {
+			return nil
+		}
+		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		if i%16 == 15 && time.Since(start) >= p.Spin+p.YieldFor {
+			break
 		}
 	}
 	for {

@@ -79,10 +79,10 @@ func TestTruncatedSegmentIsAnError(t *testing.T) {
 var sink byte
 
 func TestCounterWait(t *testing.T) {
-	for _, p := range []Policy{{Spin: 50 * time.Microsecond}, {Spin: 0}, {Spin: time.Microsecond, Yield: true}} {
+	for _, p := range []Policy{DefaultPolicy, {Spin: 50 * time.Microsecond}, {Spin: 0}, {Spin: time.Microsecond, Yield: true}, {YieldFor: time.Millisecond}} {
 		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
 			SetPolicy(p)
-			defer SetPolicy(Policy{Spin: 50 * time.Microsecond})
+			defer SetPolicy(DefaultPolicy)
 			mem := make([]byte, 2*CounterSize)
 			ping, pong := CounterAt(mem, 0), CounterAt(mem, CounterSize)
 			const rounds = 2000
