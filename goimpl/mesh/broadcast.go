@@ -9,7 +9,9 @@ import (
 // Broadcast copies root's buf into every other rank's buf. A chunk is the
 // next lay.buf bytes: the root copies it into its buffer and publishes it,
 // the others copy it out and release it. The root waits only for a buffer
-// to come free, so it runs up to depth-1 chunks ahead. Per rank: the root
+// to come free, so it runs up to depth-1 chunks ahead, and at the last chunk
+// for every rank's stamp (each rank posts one per chunk), so that ranks that
+// disagree on the root fail instead of returning their own data. Per rank: the root
 // reads and writes S, every other rank reads and writes S.
 func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 	if _, err := checkData(c, len(buf)); err != nil {
@@ -44,7 +46,17 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 			}
 			copy(e.slot(root, b), chunk)
 			e.post(b, 2*k+1)
+			// The root reads nothing from the others, so without this
+			// a rank that believes it is the root would return its own
+			// data. It checks every rank's stamp once per operation.
+			if i == chunks-1 {
+				if err := e.awaitAll(2*k+1, b, true); err != nil {
+					return err
+				}
+			}
 		} else {
+			// Only the stamp of this post is read (by the root).
+			e.post(b, 2*k+1)
 			if err := e.await(root, 2*k+1, b, true, false); err != nil {
 				return err
 			}
