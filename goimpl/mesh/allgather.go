@@ -70,6 +70,10 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 	chunks := p.chunks()
 	e.chunks = chunks
 	base, _ := p.block(e.me)
+	put := plainCopy
+	if len(out) >= streamMin {
+		put = stream
+	}
 	for i := range chunks {
 		k := e.k + uint64(i)
 		b := int(k % depth)
@@ -83,7 +87,7 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 		copy(e.slot(e.me, b), own)
 		e.post(b, 2*k+1)
 		if dst := out[lo:hi]; len(dst) > 0 && &dst[0] != &own[0] {
-			copy(dst, own)
+			put(dst, own)
 		}
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
@@ -91,7 +95,7 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 		for j := range e.n {
 			if j != e.me {
 				lo, hi := p.part(j, i)
-				copy(out[lo:hi], e.slot(j, b))
+				put(out[lo:hi], e.slot(j, b))
 			}
 		}
 		e.release(k)

@@ -38,8 +38,13 @@ func (e *Engine) AllReduce(c *Call, buf []byte) (err error) {
 }
 
 // oneShotLimit is the largest all-reduce, in bytes per rank, that runs
-// one-shot among n ranks (see oneShotMax).
-func oneShotLimit(n int) int { return 2 * oneShotMax / n }
+// one-shot among n ranks (see oneShotPair and oneShotMax).
+func oneShotLimit(n int) int {
+	if n == 2 {
+		return oneShotPair
+	}
+	return oneShotMax
+}
 
 // allReduceOneShot is the small-message schedule. A chunk is the next
 // lay.buf bytes of buf. For each chunk, every rank copies its part of buf
@@ -51,27 +56,43 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 	B := e.lay.buf
 	chunks := (len(buf) + B - 1) / B
 	e.chunks = chunks
-	for i := range chunks {
+	// Each chunk's inputs are posted one chunk ahead, so that a peer that
+	// reaches chunk i finds them while this rank still reduces chunk i-1.
+	post := func(i int) error {
 		k := e.k + uint64(i)
 		b := int(k % depth)
 		e.chunk = i
-		chunk := buf[i*B : min((i+1)*B, len(buf))]
 		if err := e.claim(k); err != nil {
 			return err
 		}
 		e.open(schedAllReduceOneShot, k)
-		mine := e.slot(e.me, b)[:len(chunk)]
-		copy(mine, chunk)
+		copy(e.slot(e.me, b), buf[i*B:min((i+1)*B, len(buf))])
 		e.post(b, 2*k+1)
+		return nil
+	}
+	if err := post(0); err != nil {
+		return err
+	}
+	for i := range chunks {
+		if i+1 < chunks {
+			if err := post(i + 1); err != nil {
+				return err
+			}
+		}
+		k := e.k + uint64(i)
+		b := int(k % depth)
+		e.chunk = i
+		e.open(schedAllReduceOneShot, k)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
 		}
 		// Ranks 0 and 1 take their own input from buf: the first step
 		// reads both operands before writing. Later ranks' own input is
 		// overwritten by that step, so they read their copy.
+		chunk := buf[i*B : min((i+1)*B, len(buf))]
 		own := chunk
 		if e.me >= 2 {
-			own = mine
+			own = e.slot(e.me, b)[:len(chunk)]
 		}
 		e.reduceInto(chunk, own, b, 0)
 		e.release(k)

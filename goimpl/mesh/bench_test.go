@@ -42,6 +42,7 @@ func BenchmarkAllReduce(b *testing.B) {
 func BenchmarkAllGather(b *testing.B)     { benchOp(b, serveAllGather) }
 func BenchmarkReduceScatter(b *testing.B) { benchOp(b, serveReduceScatter) }
 func BenchmarkBroadcast(b *testing.B)     { benchOp(b, serveBroadcast) }
+func BenchmarkReduce(b *testing.B)        { benchOp(b, serveReduce) }
 
 func benchOp(b *testing.B, op int) {
 	b.Run("procs=2", func(b *testing.B) {

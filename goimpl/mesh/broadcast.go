@@ -33,6 +33,10 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 	}
 	B := e.lay.buf
 	chunks := (len(buf) + B - 1) / B
+	put := plainCopy
+	if len(buf) >= streamMin {
+		put = stream
+	}
 	e.chunks = chunks
 	for i := range chunks {
 		k := e.k + uint64(i)
@@ -60,7 +64,7 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 			if err := e.await(root, 2*k+1, b, true, false); err != nil {
 				return err
 			}
-			copy(chunk, e.slot(root, b))
+			put(chunk, e.slot(root, b))
 		}
 		e.release(k)
 	}

@@ -32,7 +32,9 @@ func TestMismatch(t *testing.T) {
 			[]string{"local rank 0 (this process) expected collective #7 (allreduce float32 count 256 op sum) but local rank 1 sent collective #7 (allreduce float32 count 257 op sum)",
 				"local rank 1 (this process) expected collective #7 (allreduce float32 count 257 op sum) but local rank 0 sent collective #7 (allreduce float32 count 256 op sum)"}},
 		{"seq",
-			func(r int) *Call { return newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 256, 0, uint64(7+r)) },
+			func(r int) *Call {
+				return newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 256, 0, uint64(7+r))
+			},
 			func(e *Engine, c *Call, buf []byte) error { return e.AllReduce(c, buf[:1024]) },
 			[]string{"expected collective #7 (allreduce float32 count 256 op sum) but local rank 1 sent collective #8",
 				"expected collective #8 (allreduce float32 count 256 op sum) but local rank 0 sent collective #7"}},

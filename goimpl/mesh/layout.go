@@ -1,6 +1,10 @@
 package mesh
 
-import "github.com/gohccl/gohccl/goimpl/shm"
+import (
+	"math"
+
+	"github.com/gohccl/gohccl/goimpl/shm"
+)
 
 // The tunables of the engine, in one place. Each is the same on every local
 // rank (they decide the region's layout and how many chunks an operation
@@ -9,34 +13,56 @@ import "github.com/gohccl/gohccl/goimpl/shm"
 const (
 	// depth is the number of pipeline buffers per rank: chunk k uses buffer
 	// k%depth, so a rank may run up to depth-1 chunks ahead of the slowest
-	// peer that still reads its buffers. Two-phase chunks publish their
-	// next inputs before reading the last results, which needs depth >= 3
-	// never to wait for a free buffer; more costs region memory and cache
-	// footprint for no gain.
-	depth = 3
+	// peer that still reads its buffers. The schedules post a chunk's
+	// inputs one chunk ahead, which needs depth >= 4 never to wait for a
+	// free buffer in step; more costs region memory and cache footprint
+	// for no gain.
+	depth = 4
 )
 
+// The schedule tunables are variables only so that the tests can run every
+// schedule at every rank count (and measure others); nothing else sets them,
+// and two processes of one build always agree on them.
 var (
-
 	// maxChunk caps the bytes of one pipeline buffer of one rank, which is
-	// the bytes of the message one chunk covers. A chunk's data (a rank's
-	// part of the message, its buffer, the peers' buffers it reads) must
-	// stay in the 1 MiB L2 of the core: larger chunks fall out to L3 and
-	// memory, smaller ones pay the two waits per chunk (about 0.3-1 us each)
-	// more often.
-	maxChunk = 256 << 10
+	// the bytes of the message one chunk covers. A chunk's data (this
+	// rank's part of the message, its buffer, the peers' buffers it reads)
+	// must stay in the core's 512 KiB L2 while the next chunk streams in:
+	// larger chunks fall out to L3 and memory between the copy in and the
+	// reduction; smaller ones pay the waits (0.3-1 us each) more often.
+	// Measured with two processes at 16 and 64 MiB: 32 KiB 4.1 GB/s,
+	// 64 KiB 5.4-5.6, 96 KiB 5.3-6.0, 128 KiB 4.5-4.6 (docs/mesh.md).
+	maxChunk = 64 << 10
 
-	// oneShotMax is the largest all-reduce (bytes per rank) that runs the
-	// one-shot schedule at two local ranks; above it the two-phase schedule
-	// runs. One-shot has one wait per chunk instead of two and reads
-	// (n+1)S bytes instead of (3n-1)/n S, so it wins while waits dominate;
-	// the reads grow with n, so the limit shrinks as 2*oneShotMax/n.
-	oneShotMax = 64 << 10
+	// oneShotPair is the largest all-reduce (bytes per rank) that runs
+	// one-shot at two local ranks: all of them. At n = 2 both schedules
+	// read every peer byte once across cores, one-shot makes two passes
+	// over the message against two-phase's two, and waits once per chunk
+	// instead of twice; it measured faster at every size from 4 KiB to
+	// 64 MiB.
+	oneShotPair = math.MaxInt
 
-	// reduceOneShotMax is oneShotMax for Reduce, where one-shot means the
-	// root alone reduces every input: the others only copy theirs in, so
-	// the root's (n+1)S reads are the whole cost.
-	reduceOneShotMax = 64 << 10
+	// oneShotMax is the same limit for three or more local ranks. There
+	// one-shot reads (n-1)S bytes across cores against two-phase's
+	// 2(n-1)/n S, and the extra (n-1)(n-2)/n S outweighs two-phase's
+	// second wait (about 1 us, or some 10 KB at the cross-core rate) from
+	// about 16 KiB at n = 3 down. This machine has two cores, so the value
+	// comes from that model, not from a measurement.
+	oneShotMax = 16 << 10
+
+	// reducePair and reduceMax are the same limits for Reduce, where
+	// one-shot means the root alone reduces every input (the others only
+	// copy theirs in).
+	reducePair = math.MaxInt
+	reduceMax  = 16 << 10
+
+	// streamMin is the output size from which allgather and broadcast
+	// write the data they copy out of the region with non-temporal stores
+	// (stream): an output that large will not be in cache when the caller
+	// reads it anyway, and a normal store into a line that is not in cache
+	// first reads the line from memory, a third more memory traffic.
+	// Smaller outputs stay in cache for the caller.
+	streamMin = 4 << 20
 )
 
 // MinBudget is the smallest data area a region is laid out for; RegionSize
@@ -114,3 +140,6 @@ func (l *layout) ctl(r, i int) int { return r*l.rankCtl + i*lineSize }
 
 // data returns the offset of rank r's buffer b.
 func (l *layout) data(r, b int) int { return l.dataOff + (r*depth+b)*l.buf }
+
+// plainCopy is copy as a function value, the alternative to stream.
+func plainCopy(dst, src []byte) { copy(dst, src) }

@@ -145,7 +145,6 @@ type collective struct {
 	inCount func(n, count int) int
 }
 
-
 func root(n int) int { return n - 1 }
 
 var collectives = []collective{
@@ -286,29 +285,50 @@ func runCollective(t testing.TB, es []*Engine, col collective, dt reduce.DType, 
 // the buffers many times.
 func interesting(n, es, budget int) []int {
 	l := newLayout(n, budget)
-	one := oneShotLimit(n) / es
+	one := switchBytes(n) / es
 	area := n * depth * l.buf / es
 	cs := []int{0, 1, n - 1, 17, 1001, one - 1, one, one + 1, l.piece/es*n + 1, l.buf/es + 3, 3*area + 5}
 	return cs
 }
 
+// switchBytes is where the one-shot schedules give way to the two-phase
+// ones among n ranks, or, where one-shot runs at every size (two ranks),
+// a size to test around in case a test forces two-phase.
+func switchBytes(n int) int { return min(oneShotLimit(n), oneShotMax) }
+
+// withSchedules runs f, and for two ranks, where one-shot runs at every
+// size, again with the two-phase schedules above oneShotMax, so that they
+// are tested at n = 2 too.
+func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
+	t.Run("default", f)
+	if n != 2 {
+		return
+	}
+	pair, red := oneShotPair, reducePair
+	oneShotPair, reducePair = oneShotMax, reduceMax
+	defer func() { oneShotPair, reducePair = pair, red }()
+	t.Run("two-phase", f)
+}
+
 func TestCollectives(t *testing.T) {
 	for n := 1; n <= 8; n++ {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			testPolicy(t, n)
-			es := engines(t, n, MinBudget)
-			seq := uint64(1)
-			for _, col := range collectives {
-				for _, count := range interesting(n, 4, MinBudget) {
-					dt := reduce.Float32
-					if col.kind == transport.KindReduceScatter {
-						dt = reduce.Int32
+			withSchedules(t, n, func(t *testing.T) {
+				testPolicy(t, n)
+				es := engines(t, n, MinBudget)
+				seq := uint64(1)
+				for _, col := range collectives {
+					for _, count := range interesting(n, 4, MinBudget) {
+						dt := reduce.Float32
+						if col.kind == transport.KindReduceScatter {
+							dt = reduce.Int32
+						}
+						seq = runCollective(t, es, col, dt, reduce.Sum, count, seq, int(seq))
 					}
-					seq = runCollective(t, es, col, dt, reduce.Sum, count, seq, int(seq))
 				}
-			}
-			errs := onRanks(n, func(r int) error { return es[r].Barrier(newCall(transport.KindBarrier, 0, 0, 0, 0, seq)) })
-			noErrors(t, errs)
+				errs := onRanks(n, func(r int) error { return es[r].Barrier(newCall(transport.KindBarrier, 0, 0, 0, 0, seq)) })
+				noErrors(t, errs)
+			})
 		})
 	}
 }
@@ -316,23 +336,25 @@ func TestCollectives(t *testing.T) {
 func TestDTypesAndOps(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			testPolicy(t, n)
-			es := engines(t, n, MinBudget)
-			seq := uint64(1)
-			for _, dt := range allDTypes {
-				counts := []int{1, 1001, oneShotLimit(n)/dt.Size() + 3, 3*newLayout(n, MinBudget).buf/dt.Size() + 1}
-				for _, op := range allOps {
-					for _, col := range collectives {
-						if col.kind != transport.KindAllReduce && col.kind != transport.KindReduce && col.kind != transport.KindReduceScatter ||
-							col.name == "allgather_blocks" {
-							continue
-						}
-						for _, count := range counts {
-							seq = runCollective(t, es, col, dt, op, count, seq, int(seq))
+			withSchedules(t, n, func(t *testing.T) {
+				testPolicy(t, n)
+				es := engines(t, n, MinBudget)
+				seq := uint64(1)
+				for _, dt := range allDTypes {
+					counts := []int{1, 1001, switchBytes(n)/dt.Size() + 3, 3*newLayout(n, MinBudget).buf/dt.Size() + 1}
+					for _, op := range allOps {
+						for _, col := range collectives {
+							if col.kind != transport.KindAllReduce && col.kind != transport.KindReduce && col.kind != transport.KindReduceScatter ||
+								col.name == "allgather_blocks" {
+								continue
+							}
+							for _, count := range counts {
+								seq = runCollective(t, es, col, dt, op, count, seq, int(seq))
+							}
 						}
 					}
 				}
-			}
+			})
 		})
 	}
 }
@@ -343,18 +365,20 @@ func TestLargeBudget(t *testing.T) {
 	const budget = 8 << 20
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			testPolicy(t, n)
-			es := engines(t, n, budget)
-			l := newLayout(n, budget)
-			count := 3*n*depth*l.buf/4 + 11
-			seq := uint64(1)
-			for _, col := range collectives {
-				c := count
-				if col.kind == transport.KindReduceScatter || col.kind == transport.KindAllGather {
-					c = count / n
+			withSchedules(t, n, func(t *testing.T) {
+				testPolicy(t, n)
+				es := engines(t, n, budget)
+				l := newLayout(n, budget)
+				count := 3*n*depth*l.buf/4 + 11
+				seq := uint64(1)
+				for _, col := range collectives {
+					c := count
+					if col.kind == transport.KindReduceScatter || col.kind == transport.KindAllGather {
+						c = count / n
+					}
+					seq = runCollective(t, es, col, reduce.Float32, reduce.Sum, c, seq, 3)
 				}
-				seq = runCollective(t, es, col, reduce.Float32, reduce.Sum, c, seq, 3)
-			}
+			})
 		})
 	}
 }
@@ -365,26 +389,28 @@ func TestLargeBudget(t *testing.T) {
 func TestRandomSequence(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			testPolicy(t, n)
-			es := engines(t, n, MinBudget)
-			rng := rand.New(rand.NewPCG(uint64(n), 99))
-			l := newLayout(n, MinBudget)
-			sizes := []int{0, 1, 3, 64, 1000, oneShotLimit(n)/4 + 1, l.buf/4*2 + 7, 4 * l.buf}
-			seq := uint64(1)
-			for range 300 {
-				col := collectives[rng.IntN(len(collectives))]
-				dt := allDTypes[rng.IntN(len(allDTypes))]
-				op := allOps[rng.IntN(len(allOps))]
-				seq = runCollective(t, es, col, dt, op, sizes[rng.IntN(len(sizes))], seq, rng.IntN(1000))
-				if rng.IntN(10) == 0 {
-					noErrors(t, onRanks(n, func(r int) error { return es[r].Barrier(newCall(transport.KindBarrier, 0, 0, 0, 0, seq)) }))
-					seq++
+			withSchedules(t, n, func(t *testing.T) {
+				testPolicy(t, n)
+				es := engines(t, n, MinBudget)
+				rng := rand.New(rand.NewPCG(uint64(n), 99))
+				l := newLayout(n, MinBudget)
+				sizes := []int{0, 1, 3, 64, 1000, switchBytes(n)/4 + 1, l.buf/4*2 + 7, 4 * l.buf}
+				seq := uint64(1)
+				for range 300 {
+					col := collectives[rng.IntN(len(collectives))]
+					dt := allDTypes[rng.IntN(len(allDTypes))]
+					op := allOps[rng.IntN(len(allOps))]
+					seq = runCollective(t, es, col, dt, op, sizes[rng.IntN(len(sizes))], seq, rng.IntN(1000))
+					if rng.IntN(10) == 0 {
+						noErrors(t, onRanks(n, func(r int) error { return es[r].Barrier(newCall(transport.KindBarrier, 0, 0, 0, 0, seq)) }))
+						seq++
+					}
 				}
-			}
-			for r := range n {
-				require.Equal(t, es[0].k, es[r].k, "every rank consumed the same chunks")
-			}
-			t.Logf("%d chunks", es[0].k)
+				for r := range n {
+					require.Equal(t, es[0].k, es[r].k, "every rank consumed the same chunks")
+				}
+				t.Logf("%d chunks", es[0].k)
+			})
 		})
 	}
 }
@@ -396,7 +422,7 @@ func TestIdenticalBits(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		testPolicy(t, n)
 		es := engines(t, n, MinBudget)
-		for _, count := range []int{100, oneShotLimit(n)/4 + 100, 20000} {
+		for _, count := range []int{100, switchBytes(n)/4 + 100, 20000} {
 			bufs := make([][]byte, n)
 			for r := range n {
 				rng := rand.New(rand.NewPCG(uint64(r), 5))

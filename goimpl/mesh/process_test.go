@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -30,11 +31,17 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv("GOHCCL_MESH_TEST_STREAM"); v != "" {
+		streamMin, _ = strconv.Atoi(v)
+	}
 	if v := os.Getenv("GOHCCL_MESH_TEST_CHUNK"); v != "" {
 		maxChunk, _ = strconv.Atoi(v)
 	}
+	// Measurement hooks: the same values reach the child through the
+	// environment.
 	if v := os.Getenv("GOHCCL_MESH_TEST_ONESHOT"); v != "" {
-		oneShotMax, _ = strconv.Atoi(v)
+		oneShotPair, _ = strconv.Atoi(v)
+		reducePair = oneShotPair
 	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
@@ -64,6 +71,7 @@ const (
 	serveAllGather
 	serveReduceScatter
 	serveBroadcast
+	serveReduce
 )
 
 // proc is the parent's side of a two-process run.
@@ -219,7 +227,7 @@ func touched(size int) []byte {
 func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end bool) error {
 	count := len(buf) / 4
 	kind := [...]transport.Kind{serveAllReduce: transport.KindAllReduce, serveAllGather: transport.KindAllGather,
-		serveReduceScatter: transport.KindReduceScatter, serveBroadcast: transport.KindBroadcast}[op]
+		serveReduceScatter: transport.KindReduceScatter, serveBroadcast: transport.KindBroadcast, serveReduce: transport.KindReduce}[op]
 	c := newCall(kind, reduce.Float32, reduce.Sum, count, 0, 0)
 	for i := range iters {
 		c.Stamp.Seq = seq + uint64(i)
@@ -234,6 +242,8 @@ func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end 
 			err = e.ReduceScatter(c, buf, buf[me*len(buf)/2:][:len(buf)/2])
 		case serveBroadcast:
 			err = e.Broadcast(c, buf, 0)
+		case serveReduce:
+			err = e.Reduce(c, buf, 0)
 		}
 		if err != nil {
 			return err
@@ -255,7 +265,7 @@ func checkScript(e *Engine, me int) error {
 	seq := uint64(1)
 	l := e.lay
 	for _, col := range collectives {
-		for _, count := range []int{0, 1, 1001, oneShotLimit(2)/4 + 5, 5*l.buf/4 + 3} {
+		for _, count := range []int{0, 1, 1001, oneShotMax/4 + 5, 5*l.buf/4 + 3} {
 			dt, op := reduce.Float32, reduce.Sum
 			if col.kind == transport.KindReduceScatter {
 				dt, op = reduce.Int32, reduce.Max
@@ -283,9 +293,14 @@ func checkScript(e *Engine, me int) error {
 func TestTwoProcesses(t *testing.T) {
 	for _, budget := range []int{MinBudget, 8 << 20} {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
-			p := startChild(t, "check", budget)
-			require.NoError(t, checkScript(p.e, 0))
-			require.NoError(t, p.wait(t))
+			withSchedules(t, 2, func(t *testing.T) {
+				if oneShotPair != math.MaxInt {
+					t.Setenv("GOHCCL_MESH_TEST_ONESHOT", strconv.Itoa(oneShotPair))
+				}
+				p := startChild(t, "check", budget)
+				require.NoError(t, checkScript(p.e, 0))
+				require.NoError(t, p.wait(t))
+			})
 		})
 	}
 }

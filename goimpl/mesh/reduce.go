@@ -9,7 +9,7 @@ import (
 // Reduce reduces buf over the local ranks into root's buf, in place; the
 // other ranks' buf is left as it was.
 //
-// Up to reduceOneShotMax bytes the root reduces every input itself: every
+// Up to reduceLimit bytes the root reduces every input itself: every
 // rank copies its chunk into its buffer (the root only if it is rank 2 or
 // later, see allReduceOneShot) and publishes it, the root waits for all and
 // reduces in rank order into buf. The others never wait except for a free
@@ -38,10 +38,19 @@ func (e *Engine) Reduce(c *Call, buf []byte, root int) (err error) {
 		return nil
 	case len(buf) == 0:
 		return e.barrier(schedReduceOneShot)
-	case len(buf) <= reduceOneShotMax:
+	case len(buf) <= reduceLimit(e.n):
 		return e.reduceOneShot(buf, root)
 	}
 	return e.reduceTwoPhase(buf, len(buf)/es, root)
+}
+
+// reduceLimit is the largest Reduce, in bytes per rank, that runs one-shot
+// among n ranks (see reducePair and reduceMax).
+func reduceLimit(n int) int {
+	if n == 2 {
+		return reducePair
+	}
+	return reduceMax
 }
 
 func (e *Engine) reduceOneShot(buf []byte, root int) error {
