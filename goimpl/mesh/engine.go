@@ -61,7 +61,7 @@ type Engine struct {
 	call     *Call
 	deadline time.Time
 	want     [transport.HeaderSize]byte // this chunk's stamp, as every rank must publish it
-	chunk    int                         // index of the chunk within the operation, for messages
+	chunk    int                        // index of the chunk within the operation, for messages
 	chunks   int
 	// waitC and waitV are the counter and value being waited for, so that
 	// check does not fail a wait whose value arrived just before a peer
@@ -77,8 +77,8 @@ const (
 	infoDepth   = 12
 	infoPiece   = 16
 	infoRank    = 20
-	infoState   = 24 // uint32, atomic: stateAttached, stateFailed, stateClosed
-	infoText    = 28 // uint32: bytes of failure text in the text lines
+	infoState   = 24                 // uint32, atomic: stateAttached, stateFailed, stateClosed
+	infoText    = 28                 // uint32: bytes of failure text in the text lines
 	infoVersion = 0x6d65736876310000 // "meshv1\0\0"
 )
 
