@@ -59,7 +59,11 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 				}
 			}
 		} else {
-			// Only the stamp of this post is read (by the root).
+			// Only the stamp of this post is read (by the root); it is
+			// written into stamp line b, so it waits for the claim too.
+			if err := e.claim(k); err != nil {
+				return err
+			}
 			e.post(b, 2*k+1)
 			if err := e.await(root, 2*k+1, b, true, false); err != nil {
 				return err
