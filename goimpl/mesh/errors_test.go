@@ -64,6 +64,14 @@ func TestMismatch(t *testing.T) {
 			func(r int) *Call { return newCall(transport.KindBroadcast, reduce.Float32, 0, 256, r, 5) },
 			func(e *Engine, c *Call, buf []byte) error { return e.Broadcast(c, buf[:1024], int(c.Stamp.Root)) },
 			[]string{"collective #5 (broadcast float32 count 256 root 1)", "collective #5 (broadcast float32 count 256 root 0)"}},
+		{"reduce root",
+			// Each takes the other for the root of a reduce: neither
+			// reduces, so only the look at the root's stamp makes them
+			// fail instead of returning as if it had happened.
+			func(r int) *Call { return newCall(transport.KindReduce, reduce.Float32, reduce.Sum, 256, 1-r, 5) },
+			func(e *Engine, c *Call, buf []byte) error { return e.Reduce(c, buf[:1024], int(c.Stamp.Root)) },
+			[]string{"expected collective #5 (reduce float32 count 256 op sum root 1) but local rank 1 sent collective #5 (reduce float32 count 256 op sum root 0)",
+				"expected collective #5 (reduce float32 count 256 op sum root 0) but local rank 0 sent collective #5 (reduce float32 count 256 op sum root 1)"}},
 		{"dtype",
 			func(r int) *Call {
 				return newCall(transport.KindAllReduce, []reduce.DType{reduce.Float32, reduce.Int32}[r], reduce.Sum, 256, 0, 3)

@@ -12,8 +12,8 @@ import (
 // Up to reduceLimit bytes the root reduces every input itself: every
 // rank copies its chunk into its buffer (the root only if it is rank 2 or
 // later, see allReduceOneShot) and publishes it, the root waits for all and
-// reduces in rank order into buf. The others never wait except for a free
-// buffer. Per rank: S read and written by the others; (n+1)S read and S
+// reduces in rank order into buf. The others wait only for a free buffer,
+// and at the last chunk for the root's stamp. Per rank: S read and written by the others; (n+1)S read and S
 // written by the root.
 //
 // Above, it is the two-phase all-reduce whose second phase only the root
@@ -80,6 +80,13 @@ func (e *Engine) reduceOneShot(buf []byte, root int) error {
 				own = mine
 			}
 			e.reduceInto(chunk, own, b, 0)
+		} else if i == chunks-1 {
+			// The others read nothing: without a look at the root's
+			// stamp, ranks that each took another for the root would
+			// all return as if the reduce had happened.
+			if err := e.await(root, 2*k+1, b, true, false); err != nil {
+				return err
+			}
 		}
 		e.release(k)
 	}
