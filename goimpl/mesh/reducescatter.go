@@ -43,7 +43,7 @@ func (e *Engine) ReduceScatter(c *Call, in, out []byte) (err error) {
 // ReduceScatterBlocks is the level0 reduce-scatter of a hierarchical
 // all-reduce, in place: buf holds count elements split by
 // pattern.Blocks(count, n, i), and afterwards block me of buf holds the
-// reduction over the local ranks (the other blocks hold partial data).
+// reduction over the local ranks; the other blocks are left as they were.
 func (e *Engine) ReduceScatterBlocks(c *Call, buf []byte, count int) (err error) {
 	es, err := e.checkReduce(c, len(buf))
 	if err != nil {
