@@ -11,8 +11,8 @@ import (
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/shm"
 	"github.com/gohccl/gohccl/goimpl/transport"
-	"github.com/gohccl/gohccl/goimpl/tune"
 	shmlink "github.com/gohccl/gohccl/goimpl/transport/shm"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // local is the shared-memory side of a communicator: the ranks of this
@@ -35,7 +35,7 @@ type local struct {
 	// its level0 on the mesh engine.
 	level0 bool
 	spec   tune.Spec
-	call    mesh.Call
+	call   mesh.Call
 }
 
 // ringBytes is the ring each directed pair of local ranks gets for the
@@ -47,7 +47,6 @@ func ringBytes(budget, n int) int {
 	r := budget / 4 / max(1, n*(n-1))
 	return min(max(r, 16<<10), 1<<20) &^ 4095
 }
-
 
 // meshBudget is the data area of the mesh engine.
 func meshBudget(budget int) int { return max(budget-budget/4, 64<<10) }
@@ -191,7 +190,7 @@ func (l *local) close() {
 // the matcher, and every wait on shared memory sees it through the
 // communicator's stop check.
 type pairedLink struct {
-	transport.Link            // shared memory
+	transport.Link                // shared memory
 	watch          transport.Link // TCP, carries nothing
 }
 
