@@ -2,7 +2,9 @@ package mesh
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
@@ -52,13 +54,15 @@ func benchOp(b *testing.B, op int) {
 			b.Run(sizeName(size), func(b *testing.B) {
 				report(b, size, 2)
 				p.send(op, size, b.N+1)
-				if err := serveOp(p.e, op, buf, out, 1, 1, 0, false); err != nil {
+				if err := serveOp(p.e, op, buf, out, 1, 1, 0, false, nil); err != nil {
 					b.Fatal(err)
 				}
+				lat := make([]time.Duration, b.N)
 				b.ResetTimer()
-				if err := serveOp(p.e, op, buf, out, 2, b.N, 0, true); err != nil {
+				if err := serveOp(p.e, op, buf, out, 2, b.N, 0, true, lat); err != nil {
 					b.Fatal(err)
 				}
+				reportMedian(b, lat)
 			})
 		}
 		p.send(serveExit, 0, 0)
@@ -74,20 +78,32 @@ func benchOp(b *testing.B, op int) {
 			b.Run(sizeName(size), func(b *testing.B) {
 				report(b, size, 2)
 				done := make(chan error, 1)
-				go func() { done <- serveOp(es[1], op, bufs[1], outs[1], 1, b.N+1, 1, true) }()
-				if err := serveOp(es[0], op, bufs[0], outs[0], 1, 1, 0, false); err != nil {
+				go func() { done <- serveOp(es[1], op, bufs[1], outs[1], 1, b.N+1, 1, true, nil) }()
+				if err := serveOp(es[0], op, bufs[0], outs[0], 1, 1, 0, false, nil); err != nil {
 					b.Fatal(err)
 				}
+				lat := make([]time.Duration, b.N)
 				b.ResetTimer()
-				if err := serveOp(es[0], op, bufs[0], outs[0], 2, b.N, 0, true); err != nil {
+				if err := serveOp(es[0], op, bufs[0], outs[0], 2, b.N, 0, true, lat); err != nil {
 					b.Fatal(err)
 				}
+				reportMedian(b, lat)
 				if err := <-done; err != nil {
 					b.Fatal(err)
 				}
 			})
 		}
 	})
+}
+
+// reportMedian adds the median time of one op to the line: on a machine
+// shared with other work, a rank that loses its core for a time slice makes
+// its peer wait that long, and a few such ops move the mean (ns/op) far
+// more than the median.
+func reportMedian(b *testing.B, lat []time.Duration) {
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns/op")
 }
 
 // BenchmarkMemcpy is the context: one copy of the same size on one core.

@@ -204,7 +204,7 @@ func serve(e *Engine, ctl []byte, parent int) error {
 			b = [2][]byte{touched(size), touched(2 * size)}
 			bufs[size] = b
 		}
-		if err := serveOp(e, int(op), b[0], b[1], 1, iters, 1, true); err != nil {
+		if err := serveOp(e, int(op), b[0], b[1], 1, iters, 1, true, nil); err != nil {
 			return err
 		}
 	}
@@ -223,15 +223,17 @@ func touched(size int) []byte {
 }
 
 // serveOp runs iters ops of op on rank me, numbered from seq on, the same
-// on both ranks, and with end a barrier after them.
-func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end bool) error {
+// on both ranks, and with end a barrier after them. With lat, it records
+// each op's time there.
+func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end bool, lat []time.Duration) error {
 	count := len(buf) / 4
 	kind := [...]transport.Kind{serveAllReduce: transport.KindAllReduce, serveAllGather: transport.KindAllGather,
 		serveReduceScatter: transport.KindReduceScatter, serveBroadcast: transport.KindBroadcast, serveReduce: transport.KindReduce}[op]
 	c := newCall(kind, reduce.Float32, reduce.Sum, count, 0, 0)
 	for i := range iters {
 		c.Stamp.Seq = seq + uint64(i)
-		c.Deadline = time.Now().Add(time.Minute)
+		t0 := time.Now()
+		c.Deadline = t0.Add(time.Minute)
 		var err error
 		switch op {
 		case serveAllReduce:
@@ -247,6 +249,9 @@ func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end 
 		}
 		if err != nil {
 			return err
+		}
+		if lat != nil {
+			lat[i] = time.Since(t0)
 		}
 	}
 	if !end {
