@@ -199,7 +199,7 @@ func TestCloseWakesWaiter(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // past the spin, asleep on the futex
 	t0 := time.Now()
 	es[0].Close()
-	require.Less(t, time.Since(t0), 100*time.Millisecond, "Close returns once the waiter left")
+	require.Less(t, time.Since(t0), time.Second, "Close returns once the waiter left (a sleep slice is 10 ms; the margin is for a loaded machine)")
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, transport.ErrClosed)
@@ -235,7 +235,7 @@ func TestStop(t *testing.T) {
 	case err := <-done:
 		require.ErrorIs(t, err, broken)
 		require.ErrorContains(t, err, "collective #1 (broadcast float32 count 1024 root 1) on shared memory: communicator aborted")
-		require.Less(t, time.Since(t0), 100*time.Millisecond)
+		require.Less(t, time.Since(t0), time.Second, "within a sleep slice or so, not at the 60 s deadline")
 	case <-time.After(5 * time.Second):
 		t.Fatal("stop did not end the wait")
 	}
