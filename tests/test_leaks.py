@@ -135,21 +135,26 @@ def _leaks(ctx):
     out["end"] = _measure()
 
     # A bootstrap whose other rank never arrives: rank 0 tries, rank 1
-    # waits on the side until it is over.
+    # waits on the side until it is over. torch's first failed init costs
+    # about 8-10 MB of RSS once, whatever the backend (its error path
+    # loads and symbolizes a C++ backtrace; Gloo's measures the same
+    # here), so the first failure is the warm-up and the second is the
+    # one measured against it: a per-failure leak shows there.
     done = os.path.join(ctx.workdir, "failed-bootstrap-done")
     if ctx.rank == 0:
-        start = time.time()
-        try:
-            dist.init_process_group("gohccl", init_method=ctx.init_method("never"), rank=0,
-                                    world_size=ctx.world_size,
-                                    timeout=datetime.timedelta(seconds=FAILED_BOOTSTRAP_S))
-            out["failed"] = {"message": None}
-        except Exception as exc:  # noqa: BLE001
-            out["failed"] = {"message": f"{type(exc).__name__}: {exc}"}
-        out["failed"]["elapsed"] = time.time() - start
-        out["failed"]["initialized"] = dist.is_initialized()
-        time.sleep(0.5)  # goroutines of the failed bootstrap wind down
-        out["after_failed"] = _measure()
+        for attempt in ("failed_warmup", "failed"):
+            start = time.time()
+            try:
+                dist.init_process_group("gohccl", init_method=ctx.init_method(f"never-{attempt}"), rank=0,
+                                        world_size=ctx.world_size,
+                                        timeout=datetime.timedelta(seconds=FAILED_BOOTSTRAP_S))
+                out[attempt] = {"message": None}
+            except Exception as exc:  # noqa: BLE001
+                out[attempt] = {"message": f"{type(exc).__name__}: {exc}"}
+            out[attempt]["elapsed"] = time.time() - start
+            out[attempt]["initialized"] = dist.is_initialized()
+            time.sleep(0.5)  # goroutines of the failed bootstrap wind down
+            out[f"after_{attempt}"] = _measure()
         open(done, "w").close()
     else:
         deadline = time.time() + 120
@@ -162,7 +167,7 @@ def leak_results(backend):
     return launch_cached("leaks", _leaks, 2, backend, timeout=TIMEOUT, init=False, destroy=False)
 
 
-def _check_flat(before, after, what):
+def _check_flat(before, after, what, rss=True):
     assert after["queue_threads"] == 0, f"{what}: {after['queue_threads']} shim queue threads left"
     assert after["threads"] <= before["threads"] + THREAD_SLACK, (
         f"{what}: {after['threads']} threads, {before['threads']} after warm-up")
@@ -172,7 +177,7 @@ def _check_flat(before, after, what):
     left = sorted(set(after["shm"]) - set(before["shm"]))
     assert not left, f"{what}: left in /dev/shm: {left}"
     grown = after["rss_mb"] - before["rss_mb"]
-    assert grown < RSS_SLACK_MB, (
+    assert not rss or grown < RSS_SLACK_MB, (
         f"{what}: RSS grew {grown:.1f} MB ({before['rss_mb']:.1f} -> {after['rss_mb']:.1f} MB)")
 
 
@@ -204,4 +209,7 @@ def test_failed_bootstrap_times_out_clearly_and_leaves_nothing(backend):
     msg = f["message"].lower()
     assert "rank 1" in msg, f"the error does not name the missing rank: {f['message']}"
     assert any(w in msg for w in ("timed out", "timeout", "deadline")), f"not a timeout: {f['message']}"
-    _check_flat(o["start"], o["after_failed"], "after the failed bootstrap")
+    # Threads, sockets and segments against the warm-up cycles; RSS
+    # against the first failure (see _leaks).
+    _check_flat(o["start"], o["after_failed"], "after the failed bootstraps", rss=False)
+    _check_flat(o["after_failed_warmup"], o["after_failed"], "after the second failed bootstrap")
