@@ -2,8 +2,6 @@ package mesh
 
 import (
 	"fmt"
-
-	"github.com/gohccl/gohccl/goimpl/shm"
 )
 
 // AllGather fills out with every rank's in, in rank order: out holds n
@@ -14,33 +12,22 @@ import (
 // part into its buffer and publishes it, copies it into its own block of
 // out, waits for every peer's and copies theirs out. Per rank: reads S/n +
 // (n-1)/n S, writes S/n + S (S = len(out)).
-func (e *Engine) AllGather(c *Call, in, out []byte) (err error) {
+func (e *Engine) AllGather(c *Call, in, out []byte) error {
 	if _, err := checkData(c, len(in)); err != nil {
 		return err
 	}
 	if len(out) != e.n*len(in) {
 		return fmt.Errorf("mesh: %s: allgather output of %d bytes is not %d blocks of %d", describeOp(&c.Stamp), len(out), e.n, len(in))
 	}
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	L := len(in)
-	switch {
-	case e.n == 1:
-		copy(out, in)
-		return nil
-	case L == 0:
-		return e.barrier(schedAllGather)
-	}
-	return e.allGather(schedAllGather, in, out, blocked{n: e.n, piece: e.lay.buf, equal: L})
+	return e.run(c, schedAllGather, len(in) == 0, func() { copy(out, in) }, func() error {
+		return e.allGather(schedAllGather, in, out, blocked{n: e.n, piece: e.lay.buf, equal: len(in)})
+	})
 }
 
 // AllGatherBlocks is the level0 allgather of a hierarchical all-reduce, in
 // place: buf holds count elements split by pattern.Blocks(count, n, i), and
 // afterwards every block holds what its owner's block held.
-func (e *Engine) AllGatherBlocks(c *Call, buf []byte, count int) (err error) {
+func (e *Engine) AllGatherBlocks(c *Call, buf []byte, count int) error {
 	es, err := checkData(c, len(buf))
 	if err != nil {
 		return err
@@ -48,20 +35,11 @@ func (e *Engine) AllGatherBlocks(c *Call, buf []byte, count int) (err error) {
 	if len(buf) != count*es {
 		return fmt.Errorf("mesh: %s: buffer of %d bytes for %d %s elements", describeOp(&c.Stamp), len(buf), count, c.DType)
 	}
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	switch {
-	case e.n == 1:
-		return nil
-	case count == 0:
-		return e.barrier(schedAllGatherBlocks)
-	}
-	bl := blocked{count: count, n: e.n, es: es, piece: e.lay.buf}
-	off, l := bl.block(e.me)
-	return e.allGather(schedAllGatherBlocks, buf[off:off+l], buf, bl)
+	return e.run(c, schedAllGatherBlocks, count == 0, nil, func() error {
+		bl := blocked{count: count, n: e.n, es: es, piece: e.lay.buf}
+		off, l := bl.block(e.me)
+		return e.allGather(schedAllGatherBlocks, buf[off:off+l], buf, bl)
+	})
 }
 
 // allGather runs the chunks of an allgather: p walks out a whole buffer
@@ -75,9 +53,7 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 		put = stream
 	}
 	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		if err := e.claim(k); err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gohccl/gohccl/goimpl/algo/pattern"
-	"github.com/gohccl/gohccl/goimpl/shm"
 )
 
 // AllReduce reduces buf over the local ranks, in place: len(buf) is count
@@ -16,25 +15,17 @@ import (
 //
 //	one-shot:  reads (n+1)S, writes 2S; 1 wait per chunk
 //	two-phase: reads (3n-1)/n S, writes 2S; 2 waits per chunk
-func (e *Engine) AllReduce(c *Call, buf []byte) (err error) {
+func (e *Engine) AllReduce(c *Call, buf []byte) error {
 	es, err := e.checkReduce(c, len(buf))
 	if err != nil {
 		return err
 	}
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	switch {
-	case e.n == 1:
-		return nil
-	case len(buf) == 0:
-		return e.barrier(schedAllReduceOneShot)
-	case len(buf) <= oneShotLimit(e.n):
-		return e.allReduceOneShot(buf)
-	}
-	return e.allReduceTwoPhase(buf, len(buf)/es)
+	return e.run(c, schedAllReduceOneShot, len(buf) == 0, nil, func() error {
+		if len(buf) <= oneShotLimit(e.n) {
+			return e.allReduceOneShot(buf)
+		}
+		return e.twoPhase(schedAllReduceTwoPhase, buf, len(buf)/es, -1)
+	})
 }
 
 // oneShotLimit is the largest all-reduce, in bytes per rank, that runs
@@ -59,9 +50,7 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 	// Each chunk's inputs are posted one chunk ahead, so that a peer that
 	// reaches chunk i finds them while this rank still reduces chunk i-1.
 	post := func(i int) error {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		if err := e.claim(k); err != nil {
 			return err
 		}
@@ -79,9 +68,7 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 				return err
 			}
 		}
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		e.open(schedAllReduceOneShot, k)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
@@ -101,10 +88,11 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 	return nil
 }
 
-// allReduceTwoPhase is the large-message schedule: a reduce-scatter and an
-// allgather fused chunk by chunk. buf splits into n blocks
-// (pattern.Blocks(count, n, r)); block r is rank r's to reduce. A chunk
-// takes the next piece (lay.piece bytes) of every block. For each chunk:
+// twoPhase is the large-message schedule of AllReduce (root < 0) and of
+// Reduce to root: a reduce-scatter and an allgather fused chunk by chunk.
+// buf splits into n blocks (pattern.Blocks(count, n, r)); block r is rank
+// r's to reduce. A chunk takes the next piece (lay.piece bytes) of every
+// block. For each chunk:
 //
 //  1. rank i copies its pieces of the other ranks' blocks into its buffer
 //     (piece r at offset r*piece) and publishes them (ready = 2k+1); its own
@@ -112,22 +100,22 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 //  2. it reduces piece i over all ranks, in rank order, into piece i of its
 //     buffer (which held nothing) and publishes that (ready = 2k+2);
 //  3. it posts the next chunk's inputs, so that the peers find them when
-//     they get there, then copies every rank's reduced piece into buf.
+//     they get there, then copies every rank's reduced piece into buf: every
+//     rank for an all-reduce, only the root for a reduce.
 //
 // Per rank: copy in reads and writes (n-1)/n S, the reduction reads S and
-// writes S/n, the copy out reads and writes S: reads (3n-1)/n S, writes 2S.
-func (e *Engine) allReduceTwoPhase(buf []byte, count int) error {
+// writes S/n, the copy out reads and writes S: reads (3n-1)/n S, writes 2S
+// (a reduce's non-roots skip the copy out: (2n-1)/n S read, S written).
+func (e *Engine) twoPhase(s schedule, buf []byte, count, root int) error {
 	es, pb := e.call.DType.Size(), e.lay.piece
 	bl := blocked{count: count, n: e.n, es: es, piece: pb}
 	chunks := bl.chunks()
 	e.chunks = chunks
-	if err := e.postPieces(schedAllReduceTwoPhase, buf, bl, 0); err != nil {
+	if err := e.postPieces(s, buf, bl, 0); err != nil {
 		return err
 	}
 	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
 		}
@@ -135,17 +123,19 @@ func (e *Engine) allReduceTwoPhase(buf []byte, count int) error {
 		e.reduceInto(e.slot(e.me, b)[e.me*pb:][:hi-lo], buf[lo:hi], b, e.me*pb)
 		e.ready[e.me].Store(2*k + 2)
 		if i+1 < chunks {
-			if err := e.postPieces(schedAllReduceTwoPhase, buf, bl, i+1); err != nil {
+			if err := e.postPieces(s, buf, bl, i+1); err != nil {
 				return err
 			}
 			e.chunk = i
 		}
-		if err := e.awaitAll(2*k+2, b, false); err != nil {
-			return err
-		}
-		for r := range e.n {
-			lo, hi := bl.part(r, i)
-			copy(buf[lo:hi], e.slot(r, b)[r*pb:])
+		if root < 0 || e.me == root {
+			if err := e.awaitAll(2*k+2, b, false); err != nil {
+				return err
+			}
+			for r := range e.n {
+				lo, hi := bl.part(r, i)
+				copy(buf[lo:hi], e.slot(r, b)[r*pb:])
+			}
 		}
 		e.release(k)
 	}
@@ -156,9 +146,7 @@ func (e *Engine) allReduceTwoPhase(buf []byte, count int) error {
 // postPieces is step 1 of a two-phase chunk i: claim, stamp, copy this
 // rank's pieces of the other blocks into its buffer, publish.
 func (e *Engine) postPieces(s schedule, buf []byte, bl blocked, i int) error {
-	k := e.k + uint64(i)
-	b := int(k % depth)
-	e.chunk = i
+	k, b := e.step(i)
 	if err := e.claim(k); err != nil {
 		return err
 	}

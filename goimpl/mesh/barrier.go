@@ -1,20 +1,10 @@
 package mesh
 
-import "github.com/gohccl/gohccl/goimpl/shm"
-
 // Barrier returns once every local rank has entered it. It takes one
 // chunk and moves no data: each rank publishes its stamp, waits for every
 // peer's and releases the chunk.
-func (e *Engine) Barrier(c *Call) (err error) {
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	if e.n == 1 {
-		return nil
-	}
-	return e.barrier(schedBarrier)
+func (e *Engine) Barrier(c *Call) error {
+	return e.run(c, schedBarrier, true, nil, nil)
 }
 
 // barrier is the one-chunk stamp exchange of Barrier and of every

@@ -1,11 +1,5 @@
 package mesh
 
-import (
-	"fmt"
-
-	"github.com/gohccl/gohccl/goimpl/shm"
-)
-
 // Broadcast copies root's buf into every other rank's buf. A chunk is the
 // next lay.buf bytes: the root copies it into its buffer and publishes it,
 // the others copy it out and release it. The root waits only for a buffer
@@ -13,24 +7,18 @@ import (
 // for every rank's stamp (each rank posts one per chunk), so that ranks that
 // disagree on the root fail instead of returning their own data. Per rank: the root
 // reads and writes S, every other rank reads and writes S.
-func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
+func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 	if _, err := checkData(c, len(buf)); err != nil {
 		return err
 	}
-	if root < 0 || root >= e.n {
-		return fmt.Errorf("mesh: %s: root %d is not a local rank (0..%d)", describeOp(&c.Stamp), root, e.n-1)
-	}
-	if err := e.begin(c); err != nil {
+	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	switch {
-	case e.n == 1:
-		return nil
-	case len(buf) == 0:
-		return e.barrier(schedBroadcast)
-	}
+	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error { return e.broadcast(buf, root) })
+}
+
+// broadcast runs the chunks of Broadcast.
+func (e *Engine) broadcast(buf []byte, root int) error {
 	B := e.lay.buf
 	chunks := (len(buf) + B - 1) / B
 	put := plainCopy
@@ -39,9 +27,7 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) (err error) {
 	}
 	e.chunks = chunks
 	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		chunk := buf[i*B : min((i+1)*B, len(buf))]
 		e.open(schedBroadcast, k)
 		if e.me == root {

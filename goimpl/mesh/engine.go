@@ -238,6 +238,44 @@ func (e *Engine) end(v any, err error) error {
 	return err
 }
 
+// run is the frame of every exported operation: begin, a memory fault on
+// the segment turned into an error (shm.Guard, end), then the op. Alone
+// (one local rank) only alone runs, if given; with no data (empty) the
+// ranks only meet (barrier, under schedule s); otherwise body runs.
+func (e *Engine) run(c *Call, s schedule, empty bool, alone func(), body func() error) (err error) {
+	if err := e.begin(c); err != nil {
+		return err
+	}
+	shm.Guard()
+	defer func() { err = e.end(recover(), err) }()
+	switch {
+	case e.n == 1:
+		if alone != nil {
+			alone()
+		}
+		return nil
+	case empty:
+		return e.barrier(s)
+	}
+	return body()
+}
+
+// step enters chunk i of the running operation and returns its sequence
+// number k and the buffer b it uses.
+func (e *Engine) step(i int) (k uint64, b int) {
+	k = e.k + uint64(i)
+	e.chunk = i
+	return k, int(k % depth)
+}
+
+// checkRoot validates a rooted operation's root.
+func (e *Engine) checkRoot(c *Call, root int) error {
+	if root < 0 || root >= e.n {
+		return fmt.Errorf("mesh: %s: root %d is not a local rank (0..%d)", describeOp(&c.Stamp), root, e.n-1)
+	}
+	return nil
+}
+
 // check is the stop condition of every wait: this engine closed, the
 // communicator's stop, or a peer that failed or closed.
 func (e *Engine) check() error {

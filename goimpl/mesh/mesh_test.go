@@ -98,6 +98,15 @@ func values(dt reduce.DType, op reduce.Op, r, count, salt int) []int64 {
 }
 
 // encode lays v out as dt elements; integers wrap as the kernels do.
+// gathered is the allgather reference: every rank's input in rank order.
+func gathered(dt reduce.DType, op reduce.Op, r, n int, in [][]int64, count int) []byte {
+	var all []int64
+	for _, v := range in {
+		all = append(all, v...)
+	}
+	return encode(dt, all)
+}
+
 func encode(dt reduce.DType, v []int64) []byte {
 	switch dt {
 	case reduce.Int32, reduce.Int64, reduce.Float32, reduce.Float64:
@@ -202,13 +211,7 @@ var collectives = []collective{
 			out := make([]byte, e.n*len(in))
 			return out, e.AllGather(c, in, out)
 		},
-		func(dt reduce.DType, op reduce.Op, r, n int, in [][]int64, count int) []byte {
-			var all []int64
-			for _, v := range in {
-				all = append(all, v...)
-			}
-			return encode(dt, all)
-		},
+		gathered,
 		func(n, count int) int { return count }},
 	{"allgather_inplace", transport.KindAllGather,
 		func(e *Engine, c *Call, r int, in []byte, count int) ([]byte, error) {
@@ -216,13 +219,7 @@ var collectives = []collective{
 			copy(out[r*len(in):], in)
 			return out, e.AllGather(c, out[r*len(in):(r+1)*len(in)], out)
 		},
-		func(dt reduce.DType, op reduce.Op, r, n int, in [][]int64, count int) []byte {
-			var all []int64
-			for _, v := range in {
-				all = append(all, v...)
-			}
-			return encode(dt, all)
-		},
+		gathered,
 		func(n, count int) int { return count }},
 	{"allgather_blocks", transport.KindAllReduce,
 		func(e *Engine, c *Call, r int, in []byte, count int) ([]byte, error) {

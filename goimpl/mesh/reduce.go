@@ -1,11 +1,5 @@
 package mesh
 
-import (
-	"fmt"
-
-	"github.com/gohccl/gohccl/goimpl/shm"
-)
-
 // Reduce reduces buf over the local ranks into root's buf, in place; the
 // other ranks' buf is left as it was.
 //
@@ -20,28 +14,20 @@ import (
 // runs: every rank reduces its piece of each chunk into its buffer, and
 // the root copies all of them out. Per rank: (2n-1)/n S read and S written
 // by the others, (3n-1)/n S read and 2S written by the root.
-func (e *Engine) Reduce(c *Call, buf []byte, root int) (err error) {
+func (e *Engine) Reduce(c *Call, buf []byte, root int) error {
 	es, err := e.checkReduce(c, len(buf))
 	if err != nil {
 		return err
 	}
-	if root < 0 || root >= e.n {
-		return fmt.Errorf("mesh: %s: root %d is not a local rank (0..%d)", describeOp(&c.Stamp), root, e.n-1)
-	}
-	if err := e.begin(c); err != nil {
+	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	switch {
-	case e.n == 1:
-		return nil
-	case len(buf) == 0:
-		return e.barrier(schedReduceOneShot)
-	case len(buf) <= reduceLimit(e.n):
-		return e.reduceOneShot(buf, root)
-	}
-	return e.reduceTwoPhase(buf, len(buf)/es, root)
+	return e.run(c, schedReduceOneShot, len(buf) == 0, nil, func() error {
+		if len(buf) <= reduceLimit(e.n) {
+			return e.reduceOneShot(buf, root)
+		}
+		return e.twoPhase(schedReduceTwoPhase, buf, len(buf)/es, root)
+	})
 }
 
 // reduceLimit is the largest Reduce, in bytes per rank, that runs one-shot
@@ -53,14 +39,13 @@ func reduceLimit(n int) int {
 	return reduceMax
 }
 
+// reduceOneShot is the small-message schedule of Reduce (see Reduce).
 func (e *Engine) reduceOneShot(buf []byte, root int) error {
 	B := e.lay.buf
 	chunks := (len(buf) + B - 1) / B
 	e.chunks = chunks
 	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
+		k, b := e.step(i)
 		chunk := buf[i*B : min((i+1)*B, len(buf))]
 		if err := e.claim(k); err != nil {
 			return err
@@ -86,45 +71,6 @@ func (e *Engine) reduceOneShot(buf []byte, root int) error {
 			// all return as if the reduce had happened.
 			if err := e.await(root, 2*k+1, b, true, false); err != nil {
 				return err
-			}
-		}
-		e.release(k)
-	}
-	e.k += uint64(chunks)
-	return nil
-}
-
-func (e *Engine) reduceTwoPhase(buf []byte, count, root int) error {
-	es, pb := e.call.DType.Size(), e.lay.piece
-	bl := blocked{count: count, n: e.n, es: es, piece: pb}
-	chunks := bl.chunks()
-	e.chunks = chunks
-	if err := e.postPieces(schedReduceTwoPhase, buf, bl, 0); err != nil {
-		return err
-	}
-	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
-		if err := e.awaitAll(2*k+1, b, true); err != nil {
-			return err
-		}
-		lo, hi := bl.part(e.me, i)
-		e.reduceInto(e.slot(e.me, b)[e.me*pb:][:hi-lo], buf[lo:hi], b, e.me*pb)
-		e.ready[e.me].Store(2*k + 2)
-		if i+1 < chunks {
-			if err := e.postPieces(schedReduceTwoPhase, buf, bl, i+1); err != nil {
-				return err
-			}
-			e.chunk = i
-		}
-		if e.me == root {
-			if err := e.awaitAll(2*k+2, b, false); err != nil {
-				return err
-			}
-			for r := range e.n {
-				lo, hi := bl.part(r, i)
-				copy(buf[lo:hi], e.slot(r, b)[r*pb:])
 			}
 		}
 		e.release(k)

@@ -5,7 +5,6 @@ import (
 	"unsafe"
 
 	"github.com/gohccl/gohccl/goimpl/algo/pattern"
-	"github.com/gohccl/gohccl/goimpl/shm"
 )
 
 // ReduceScatter reduces in over the local ranks and leaves block me of the
@@ -17,34 +16,23 @@ import (
 // waits for every peer's and reduces its own piece in rank order. It is the
 // first phase of the two-phase all-reduce, with one wait per chunk. Per
 // rank: reads (2n-1)/n S, writes S (S = len(in)).
-func (e *Engine) ReduceScatter(c *Call, in, out []byte) (err error) {
+func (e *Engine) ReduceScatter(c *Call, in, out []byte) error {
 	if _, err := e.checkReduce(c, len(out)); err != nil {
 		return err
 	}
 	if len(in) != e.n*len(out) {
 		return fmt.Errorf("mesh: %s: reduce-scatter input of %d bytes is not %d blocks of %d", describeOp(&c.Stamp), len(in), e.n, len(out))
 	}
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	L := len(out)
-	switch {
-	case e.n == 1:
-		copy(out, in)
-		return nil
-	case L == 0:
-		return e.barrier(schedReduceScatter)
-	}
-	return e.reduceScatter(schedReduceScatter, in, out, blocked{n: e.n, piece: e.lay.piece, equal: L})
+	return e.run(c, schedReduceScatter, len(out) == 0, func() { copy(out, in) }, func() error {
+		return e.reduceScatter(schedReduceScatter, in, out, blocked{n: e.n, piece: e.lay.piece, equal: len(out)})
+	})
 }
 
 // ReduceScatterBlocks is the level0 reduce-scatter of a hierarchical
 // all-reduce, in place: buf holds count elements split by
 // pattern.Blocks(count, n, i), and afterwards block me of buf holds the
 // reduction over the local ranks; the other blocks are left as they were.
-func (e *Engine) ReduceScatterBlocks(c *Call, buf []byte, count int) (err error) {
+func (e *Engine) ReduceScatterBlocks(c *Call, buf []byte, count int) error {
 	es, err := e.checkReduce(c, len(buf))
 	if err != nil {
 		return err
@@ -52,20 +40,11 @@ func (e *Engine) ReduceScatterBlocks(c *Call, buf []byte, count int) (err error)
 	if len(buf) != count*es {
 		return fmt.Errorf("mesh: %s: buffer of %d bytes for %d %s elements", describeOp(&c.Stamp), len(buf), count, c.DType)
 	}
-	if err := e.begin(c); err != nil {
-		return err
-	}
-	shm.Guard()
-	defer func() { err = e.end(recover(), err) }()
-	switch {
-	case e.n == 1:
-		return nil
-	case count == 0:
-		return e.barrier(schedReduceScatterBlocks)
-	}
-	bl := blocked{count: count, n: e.n, es: es, piece: e.lay.piece}
-	off, _ := pattern.Blocks(count, e.n, e.me)
-	return e.reduceScatter(schedReduceScatterBlocks, buf, buf[off*es:], bl)
+	return e.run(c, schedReduceScatterBlocks, count == 0, nil, func() error {
+		bl := blocked{count: count, n: e.n, es: es, piece: e.lay.piece}
+		off, _ := pattern.Blocks(count, e.n, e.me)
+		return e.reduceScatter(schedReduceScatterBlocks, buf, buf[off*es:], bl)
+	})
 }
 
 // reduceScatter runs the chunks of a reduce-scatter. Chunk i of block me
@@ -77,21 +56,11 @@ func (e *Engine) reduceScatter(s schedule, in, out []byte, p blocked) error {
 	e.chunks = chunks
 	base, _ := p.block(e.me)
 	for i := range chunks {
-		k := e.k + uint64(i)
-		b := int(k % depth)
-		e.chunk = i
-		if err := e.claim(k); err != nil {
+		if err := e.postPieces(s, in, p, i); err != nil {
 			return err
 		}
-		e.open(s, k)
+		k, b := e.step(i)
 		slot := e.slot(e.me, b)
-		for r := range e.n {
-			if r != e.me {
-				lo, hi := p.part(r, i)
-				copy(slot[r*pb:], in[lo:hi])
-			}
-		}
-		e.post(b, 2*k+1)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
 		}
