@@ -12,6 +12,6 @@ for np in $nps; do
 	for c in all_reduce all_gather reduce_scatter broadcast; do
 		echo "## $c, $np ranks"
 		.venv/bin/python -m gohccl.bench --nproc "$np" -c "$c" -b 4K -e 64M -f 4 \
-			-n 30 -w 5 --check --no-progress "$@"
+			-n 10 -w 2 --block 5 --check --no-progress "$@"
 	done
 done

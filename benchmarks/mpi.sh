@@ -33,8 +33,8 @@ mpicc -O2 -Wall -Wextra -o build/capi_vs_mpi benchmarks/capi_vs_mpi.c \
 	-Icapi/include -L"$lib" -lgohccl -Wl,-rpath,"$lib"
 for op in allreduce allgather reduce_scatter broadcast; do
 	echo "## C ABI, $op, $np ranks"
-	"${mpirun[@]}" build/capi_vs_mpi -o "$op" -b 4096 -e 64M -f 4 -n 50 -r 5
+	"${mpirun[@]}" build/capi_vs_mpi -o "$op" -b 4096 -e 67108864 -f 4 -n 50 -r 5
 done
 echo "## torch, all_reduce, $np ranks"
 "${mpirun[@]}" .venv/bin/python -m gohccl.bench --backends gohccl,gloo,mpi \
-	-c all_reduce -b 4K -e 64M -f 4 -n 50 -w 10 --no-progress "$@"
+	-c all_reduce -b 4K -e 64M -f 4 -n 20 -w 2 --block 5 --no-progress "$@"

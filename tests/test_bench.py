@@ -46,7 +46,7 @@ bench = _load_bench()
 ROW_FIELDS = {
     "collective", "size", "count", "dtype", "type", "redop", "root", "label", "backend",
     "algo", "time_us", "time_us_median", "time_us_mean", "time_us_min", "algbw", "busbw",
-    "wrong", "speedup_vs_gloo", "iters", "warmup", "nranks", "skipped",
+    "wrong", "speedup_vs_gloo", "iters", "warmup", "block", "nranks", "skipped",
 }
 
 
@@ -451,6 +451,9 @@ def test_mpi_under_mpirun(backend, workdir):
     js = os.path.join(workdir, "out.json")
     cmd = [mpirun, "-np", "2"] + _bench_command(backend)
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    if os.geteuid() == 0:
+        # Open MPI refuses root without both of these.
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     proc = subprocess.Popen(cmd + ["-b", "8", "-e", "1K", "-f", "8", "-n", "3", "-w", "1",

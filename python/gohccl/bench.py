@@ -14,7 +14,8 @@ Terms used below:
   label      one column group of the table: a torch.distributed backend
              ("gloo"), gohccl with one GOHCCL_ALGO ("gohccl/ring"), or "mpi".
   case       one (collective, dtype, redop, size): one row of the table.
-  sample     the wall time of one blocking collective call on one rank.
+  sample     the wall time of a block of back-to-back blocking calls of one
+             label on one rank, divided by the calls (--block, default 10).
   time       for each label and case: every rank takes the median (or, with
              --stat mean, the mean) of its samples; the time reported is the
              largest of those per-rank values, so the slowest rank sets it.
@@ -25,7 +26,7 @@ Terms used below:
              for all_gather and reduce_scatter, per peer for all_to_all, the
              whole buffer otherwise.
 
-Labels are interleaved within one job, A B A B, one sample of each per
+Labels are interleaved within one job, A B A B, one sample (block) of each per
 iteration, on the same tensors, so a machine that speeds up or slows down
 during the sweep moves every label alike.
 
@@ -275,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("-n", "--iters", type=int, default=20, help="timed iterations (default 20)")
     perf.add_argument("-w", "--warmup", type=int, default=5,
                       help="untimed iterations before them (default 5)")
+    perf.add_argument("--block", type=int, default=10,
+                      help="back-to-back calls per sample, whose mean is the sample (default 10)")
     perf.add_argument("--stat", choices=("median", "mean"), default="median",
                       help="per-rank statistic of the samples (default median)")
     who = p.add_argument_group("what to compare")
@@ -313,6 +316,7 @@ class Options:
     root: int
     iters: int
     warmup: int
+    block: int
     stat: str
     backends: list[str]
     algos: list[str] | None
@@ -359,6 +363,8 @@ def parse_args(argv: list[str]) -> Options:
                 raise ValueError(f"avg is defined here for floating dtypes only, not {', '.join(bad)}")
         if a.iters < 1 or a.warmup < 0:
             raise ValueError("-n/--iters must be at least 1 and -w/--warmup at least 0")
+        if a.block < 1:
+            raise ValueError("--block must be at least 1")
         if a.nproc is not None and a.nproc < 1:
             raise ValueError("--nproc must be at least 1")
         if a.root < 0:
@@ -366,7 +372,7 @@ def parse_args(argv: list[str]) -> Options:
     except ValueError as exc:
         parser.error(str(exc))
     return Options(sizes=sizes, collectives=collectives, ops=ops, dtypes=dtypes, root=a.root,
-                   iters=a.iters, warmup=a.warmup, stat=a.stat, backends=backends,
+                   iters=a.iters, warmup=a.warmup, block=a.block, stat=a.stat, backends=backends,
                    algos=algos, check=a.check, json=a.json, csv=a.csv, plot=a.plot,
                    progress=a.progress, nproc=a.nproc, timeout=a.timeout,
                    minbytes=minbytes, maxbytes=maxbytes, stepfactor=stepfactor,
@@ -948,11 +954,17 @@ def _fill_for_timing(buf: Buffers, op: str | None):
 
 
 def run_case(world: World, labels: list[Label], active: list[bool], collective: str,
-             buf: Buffers, op: str | None, root: int, iters: int, warmup: int,
+             buf: Buffers, op: str | None, root: int, iters: int, warmup: int, block: int,
              progress: Progress) -> list[list[float]]:
     """run_case takes warmup+iters rounds; each round runs every active label
-    once, in order (A B A B ...), and records the timed rounds' samples in
-    seconds, per label."""
+    in order (A B A B ...), block calls back to back each, and records the
+    timed rounds' samples in seconds per call, per label.
+
+    A block rather than a single call per sample: the first call after
+    another label's absorbs the arrival skew that label left between the
+    ranks (Gloo's returns hundreds of microseconds apart on this 2-core
+    machine), which is not this label's cost; over a block it counts once
+    in block calls, as in nccl-tests' timed loops."""
     samples: list[list[float]] = [[] for _ in labels]
     clock = time.perf_counter
     total = warmup + iters
@@ -961,10 +973,11 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
             if not active[k]:
                 continue
             t0 = clock()
-            label.run(collective, buf, op, root)
+            for _ in range(block):
+                label.run(collective, buf, op, root)
             t1 = clock()
             if i >= warmup:
-                samples[k].append(t1 - t0)
+                samples[k].append((t1 - t0) / block)
         progress.draw(frac=(i + 1) / total)
     return samples
 
@@ -991,6 +1004,7 @@ class Row:
     speedup_vs_gloo: float | None
     iters: int
     warmup: int
+    block: int
     nranks: int
     skipped: str | None = None
 
@@ -1051,7 +1065,7 @@ def measure_row(world: World, labels: list[Label], opts: Options, collective: st
         world.barrier()
     _fill_for_timing(buf, op)
     samples = run_case(world, labels, active, collective, buf, op, max(root, 0),
-                       opts.iters, opts.warmup, progress)
+                       opts.iters, opts.warmup, opts.block, progress)
     for label in labels:
         if isinstance(label, MPILabel):
             label.forget()
@@ -1078,7 +1092,7 @@ def measure_row(world: World, labels: list[Label], opts: Options, collective: st
             time_us_min=mn * 1e6 if ran else None,
             algbw=algbw, busbw=busbw,
             wrong=wrong[k] if wrong is not None and ran else None,
-            speedup_vs_gloo=None, iters=opts.iters, warmup=opts.warmup, nranks=n,
+            speedup_vs_gloo=None, iters=opts.iters, warmup=opts.warmup, block=opts.block, nranks=n,
             skipped=reasons[k]))
     gloo = next((r for r in rows if r.backend == "gloo" and r.time_us), None)
     if gloo is not None:
@@ -1103,7 +1117,8 @@ def run_sweep(world: World, labels: list[Label], opts: Options, progress: Progre
             continue
         emit("#")
         emit(f"# {collective}: {', '.join(lb.name for lb in labels)} on {n} ranks, "
-             f"time = max over ranks of each rank's {opts.stat} of {opts.iters} iterations")
+             f"time = max over ranks of each rank's {opts.stat} of {opts.iters} samples, "
+             f"each the mean of {opts.block} calls")
         for line in _table_header(labels, has_gloo):
             emit(line)
         for dtype in opts.dtypes:
@@ -1257,7 +1272,7 @@ def _run_world(world: World, opts: Options, argv: list[str]) -> int:
          f"warmup iters: {opts.warmup} iters: {opts.iters} validation: {int(opts.check)} "
          f"stat: {opts.stat}")
     emit(f"# {world.size} ranks ({world.launcher}), labels: "
-         f"{', '.join(lb.name for lb in labels)}, interleaved A B A B per iteration")
+         f"{', '.join(lb.name for lb in labels)}, interleaved A B A B per iteration, {opts.block} calls each")
     emit(f"# load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} "
          f"on {os.cpu_count()} CPUs")
     for note in notes:
@@ -1289,7 +1304,7 @@ def _run_world(world: World, opts: Options, argv: list[str]) -> int:
             "stat": opts.stat,
             "time": f"max over ranks of each rank's {opts.stat} per-call wall time (us)",
             "algbw": "size / time, decimal GB/s", "busbw": "algbw * bus factor (nccl-tests)",
-            "iters": opts.iters, "warmup": opts.warmup, "check": opts.check,
+            "iters": opts.iters, "warmup": opts.warmup, "block": opts.block, "check": opts.check,
             "minbytes": opts.minbytes, "maxbytes": opts.maxbytes,
             "stepfactor": opts.stepfactor if opts.stepbytes is None else None,
             "stepbytes": opts.stepbytes, "root": opts.root,
