@@ -120,6 +120,32 @@ func TestMismatch(t *testing.T) {
 	}
 }
 
+// TestBroadcastThirdRankMismatch: ranks 0 and 1 broadcast from 0 while
+// rank 2 runs an allgather. A broadcast's readers read every rank's
+// buffers, which rank 2 writes with its own data, so none of the three
+// may return success: each checks every stamp by the last chunk.
+func TestBroadcastThirdRankMismatch(t *testing.T) {
+	for _, size := range []int{1024, 3 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			es := engines(t, 3, MinBudget)
+			errs := onRanks(3, func(r int) error {
+				buf := make([]byte, 3*size)
+				if r == 2 {
+					c := newCall(transport.KindAllGather, reduce.Float32, 0, size/4, 0, 4)
+					c.Deadline = time.Now().Add(2 * time.Second)
+					return es[r].AllGather(c, buf[:size], buf)
+				}
+				c := newCall(transport.KindBroadcast, reduce.Float32, 0, size/4, 0, 4)
+				c.Deadline = time.Now().Add(2 * time.Second)
+				return es[r].Broadcast(c, buf[:size], 0)
+			})
+			for r, err := range errs {
+				require.Error(t, err, "local rank %d returned success", r)
+			}
+		})
+	}
+}
+
 func TestMismatchNamesCommunicatorRanks(t *testing.T) {
 	es := engines(t, 2, MinBudget)
 	for r, e := range es {
