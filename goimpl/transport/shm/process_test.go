@@ -255,6 +255,9 @@ func TestChildKilled(t *testing.T) {
 	r := transport.Recv{Peer: 1, Want: hd, Buf: make([]byte, 8)}
 	m.Post(&r)
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+	// kill returns before the child's threads have stopped; until they
+	// have, its receiver may drain the whole send.
+	require.NoError(t, waitStopped(c.cmd.Process.Pid, 10*time.Second))
 	big := make([]byte, 1<<20)
 	bigHd := p2pHeader(2, len(big))
 	deadline := time.Now().Add(10 * time.Second)
@@ -337,4 +340,31 @@ func TestTruncatedSegment(t *testing.T) {
 	require.Error(t, la[1].Send(&hd, make([]byte, 100), soon()), "the link stays broken")
 	la[1].Close()
 	lb[0].Close()
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T
+// in /proc/pid/task/*/stat).
+func waitStopped(pid int, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); ; {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		stopped := len(tasks) > 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command name, which is in parentheses.
+			if i := bytes.LastIndexByte(b, ')'); err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d did not stop within %v", pid, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
