@@ -64,7 +64,14 @@ VECTOR = [
     (4, "vec-rhd-rhd/ring-ring", "allgather=level0:rhd;level1:rhd/reducescatter=level0:ring;level1:ring", "2"),
     (3, "vec-3x1", "allgather=level0:ring;level1:ring/reducescatter=level0:ring;level1:rhd", "1"),
     (3, "vec-1x3", "allgather=level0:ring;level1:rhd/reducescatter=level0:ring;level1:ring", "3"),
+    # level0 left open: on shared memory it runs on the mesh engine, one
+    # allgather or reduce-scatter per node (MESH_LEVEL0 below).
+    (4, "vec-mesh-level0", "allgather=level1:ring/reducescatter=level1:rhd", "2"),
 ]
+# The configs whose hierarchical level0 runs on the mesh where the ranks
+# share memory (not under GOHCCL_TRANSPORT=tcp): the collectives the
+# communicator's log line names.
+MESH_LEVEL0 = {"vec-mesh-level0": ["allgather", "reducescatter"]}
 COLLS = ("allreduce", "allgather", "reducescatter")
 
 
@@ -152,6 +159,7 @@ def _reduce_scatter(ctx, g, dtype, op, n, key):
 
 _CHOICE = re.compile(r"\] INFO (allreduce|broadcast|reduce|allgather|reducescatter) .* -> (\S+)$")
 _FALLBACK = re.compile(r"GOHCCL_ALGO asks for \S+ for (\w+), which cannot run here")
+_MESH_LEVEL0 = re.compile(r"hierarchical level0 on the shared-memory mesh for: (.*)$")
 
 
 def _choices(ctx, offset):
@@ -162,8 +170,11 @@ def _choices(ctx, offset):
     with open(path, "rb") as f:
         f.seek(offset)
         text = f.read().decode("utf-8", "replace")
-    forced, chosen, fallbacks = {}, {}, set()
+    forced, chosen, fallbacks, mesh_level0 = {}, {}, set(), set()
     for line in text.splitlines():
+        m = _MESH_LEVEL0.search(line)
+        if m:
+            mesh_level0.update(x.strip() for x in m.group(1).split(","))
         m = _CHOICE.search(line)
         if m:
             (forced if "forced by GOHCCL_ALGO" in line else chosen).setdefault(m.group(1), set()).add(m.group(2))
@@ -171,7 +182,8 @@ def _choices(ctx, offset):
         if m:
             fallbacks.add(m.group(1))
     out = {"forced": {k: sorted(v) for k, v in forced.items()},
-           "chosen": {k: sorted(v) for k, v in chosen.items()}, "fallbacks": sorted(fallbacks)}
+           "chosen": {k: sorted(v) for k, v in chosen.items()}, "fallbacks": sorted(fallbacks),
+           "mesh_level0": sorted(mesh_level0)}
     return out, offset + len(text.encode("utf-8", "replace"))
 
 
@@ -334,8 +346,15 @@ def test_forced_choice(backend, world, algo):
                 assert coll in got["fallbacks"] and not forced, what
             elif want is None:
                 assert coll not in got["fallbacks"] and not forced, what
+            elif want.startswith("level1:"):
+                # level0 open: the log names the tuner's level0 with it.
+                assert coll not in got["fallbacks"] and len(forced) == 1, what
+                assert forced[0].startswith("level0:") and forced[0].endswith(";" + want), what
             else:
                 assert coll not in got["fallbacks"] and forced == [want], what
+        if algo in MESH_LEVEL0 and os.environ.get("GOHCCL_TRANSPORT", "auto") != "tcp":
+            for coll in MESH_LEVEL0[algo]:
+                assert coll in got["mesh_level0"], f"rank {rank}: {coll}'s level0 not on the mesh: {got}"
 
 
 @pytest.mark.timeout(SWEEP_TIMEOUT + 30)

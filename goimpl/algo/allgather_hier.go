@@ -47,6 +47,9 @@ func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0,
 	if level0 == Level0RHD && !CanAllGatherRD(L) {
 		return fmt.Errorf("internal: level0 recursive doubling needs a power-of-two node size, not %d", L)
 	}
+	if level0 == Level0Node && (o.Node == nil || !h.Consecutive()) {
+		return fmt.Errorf("internal: a node level0 needs the node's collectives and nodes of consecutive ranks")
+	}
 	// Leg 1: slice l across nodes. Level1 rank m owns block h.Cross[m].
 	l1 := o.View(h.Cross, phaseLevel1)
 	if level1 == Level1RHD {
@@ -58,6 +61,16 @@ func AllGatherHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Level0,
 		return err
 	}
 	// Leg 2: slices inside the node. Level0 rank c owns h.Order[c*N:(c+1)*N].
+	if level0 == Level0Node {
+		// Slice l is block l of every node: one allgather per node.
+		for m := range N {
+			node := out[m*L*bb : (m+1)*L*bb]
+			if err := o.Node.AllGather(node[l*bb:(l+1)*bb], node); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	l0 := o.View(h.Local, phaseLevel0)
 	if level0 == Level0RHD {
 		return allGatherBlocksRD(l0, pattern.HalvingDoubling{Rank: l, Size: L}, h.Order, N, out, bb)

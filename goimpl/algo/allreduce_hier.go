@@ -30,10 +30,27 @@ type Hierarchy struct {
 type Level0 uint8
 
 // The intra-node schedules. Level0RHD needs a power-of-two node size.
+// Level0Node runs the level0 legs of the hierarchical allgather and
+// reduce-scatter as whole-node collectives (Op.Node, the shared-memory
+// mesh), one per node's blocks; it needs nodes of consecutive ranks
+// (Hierarchy.Consecutive).
 const (
 	Level0Ring Level0 = iota
 	Level0RHD
+	Level0Node
 )
+
+// NodeCollectives are a node's collectives that move no frames (the
+// shared-memory mesh engine), for Level0Node. node is L blocks of one
+// node's part of a buffer, in local rank order; own is this rank's block
+// of it.
+type NodeCollectives interface {
+	// AllGather fills node from every local rank's own block, in place.
+	AllGather(own, node []byte) error
+	// ReduceScatter reduces node over the local ranks into out, which
+	// receives this rank's block of the result; node is not modified.
+	ReduceScatter(node, out []byte) error
+}
 
 // AllReduceHier is the hierarchical all-reduce, in three legs:
 //

@@ -157,3 +157,22 @@ func (o *Op) exchangeSets(phase, step, sendPeer int, send blockSet, recvPeer int
 	}
 	return nil
 }
+
+// Consecutive reports whether every node holds consecutive ranks, node m
+// the ranks m*L to m*L+L-1, in slice order: slice c is then the ranks c,
+// L+c, 2L+c, ..., and the level0 leg of the hierarchical allgather or
+// reduce-scatter is one collective over each node's L consecutive blocks.
+func (h Hierarchy) Consecutive() bool {
+	L, N := len(h.Local), len(h.Cross)
+	if len(h.Order) != L*N {
+		return false
+	}
+	for c := range L {
+		for m := range N {
+			if h.Order[c*N+m] != m*L+c {
+				return false
+			}
+		}
+	}
+	return true
+}

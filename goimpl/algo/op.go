@@ -63,6 +63,10 @@ type Op struct {
 	Kernel  reduce.Kernel
 	Kernel3 reduce.Kernel3
 
+	// Node is the node's frameless collectives, for Level0Node; nil
+	// where there are none.
+	Node NodeCollectives
+
 	// Work is the accumulation buffer of the schedules that keep partial
 	// sums of more than a chunk while leaving their input untouched (the
 	// recursive-halving and hierarchical reduce-scatters). They grow it to

@@ -46,6 +46,9 @@ func ReduceScatterHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Lev
 	if level0 == Level0RHD && hd.Extra() != 0 {
 		return fmt.Errorf("internal: level0 recursive halving needs a power-of-two node size, not %d", L)
 	}
+	if level0 == Level0Node && (o.Node == nil || !h.Consecutive()) {
+		return fmt.Errorf("internal: a node level0 needs the node's collectives and nodes of consecutive ranks")
+	}
 	sliceBytes := N * bb
 	acc0 := sliceBytes // level0 accumulation
 	switch {
@@ -69,6 +72,15 @@ func ReduceScatterHier(o *Op, in, out []byte, count int, h Hierarchy, level0 Lev
 		// One rank per node: nodes are numbered by their lowest rank, so
 		// node m is rank m and in is already the slice in node order.
 		slice = in
+	case level0 == Level0Node:
+		// Slice l is block l of every node: one reduce-scatter per
+		// node, each leaving its block at the node's place in w0.
+		for m := range N {
+			if err = o.Node.ReduceScatter(in[m*L*bb:(m+1)*L*bb], w0[m*bb:(m+1)*bb]); err != nil {
+				return err
+			}
+		}
+		slice = w0
 	case level0 == Level0RHD:
 		slice, err = reduceScatterSlicesRH(l0, hd, in, h.Order, N, bb, w0)
 	default:

@@ -172,7 +172,22 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		return nil, err
 	}
 	if loc != nil {
-		loc.level0 = slices.Equal(loc.ranks, c.hier.Local) && loc.spec.Per[tune.AllReduce].Level0 == tune.Auto
+		node := slices.Equal(loc.ranks, c.hier.Local)
+		for coll := range loc.level0 {
+			loc.level0[coll] = node && loc.spec.Per[coll].Level0 == tune.Auto
+		}
+		if node {
+			c.op.Node = meshNode{c}
+			var on []string
+			for _, coll := range []tune.Coll{tune.AllReduce, tune.AllGather, tune.ReduceScatter} {
+				if c.meshLevel0(coll) {
+					on = append(on, coll.String())
+				}
+			}
+			if len(on) > 0 {
+				log.Infof("hierarchical level0 on the shared-memory mesh for: %s", strings.Join(on, ", "))
+			}
+		}
 	}
 	if opt.Config.Debug >= config.Info {
 		for p, pi := range peers {

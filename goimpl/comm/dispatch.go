@@ -9,7 +9,7 @@ import (
 func (c *Comm) allReduce(o *algo.Op, buf []byte, count int) error {
 	ch := c.tuner.Choose(tune.AllReduce, len(buf))
 	if ch.Algo == tune.Hier {
-		if c.meshLevel0() {
+		if c.meshLevel0(tune.AllReduce) {
 			return c.allReduceHierMesh(o, buf, count, allReduceFunc(ch.Level1))
 		}
 		return algo.AllReduceHier(o, buf, count, c.hier, level0(ch.Level0), allReduceFunc(ch.Level1))
@@ -32,6 +32,17 @@ func level1(a tune.Algo) algo.Level1 {
 	return algo.Level1Ring
 }
 
+// level0For is the level0 of a hierarchical allgather or reduce-scatter:
+// the mesh engine where this host is the node and GOHCCL_ALGO leaves
+// level0 open (meshLevel0) and nodes hold consecutive ranks, else the
+// tuner's schedule over the links.
+func (c *Comm) level0For(coll tune.Coll, a tune.Algo, h algo.Hierarchy) algo.Level0 {
+	if c.meshLevel0(coll) && h.Consecutive() {
+		return algo.Level0Node
+	}
+	return level0(a)
+}
+
 // hierarchy is this rank's two levels with the slice order the
 // hierarchical allgather and reduce-scatter need.
 func (c *Comm) hierarchy() algo.Hierarchy {
@@ -47,7 +58,8 @@ func (c *Comm) allGather(o *algo.Op, in, out []byte, count int) error {
 	case tune.RHD:
 		return algo.AllGatherRD(o, in, out, count)
 	case tune.Hier:
-		return algo.AllGatherHier(o, in, out, count, c.hierarchy(), level0(ch.Level0), level1(ch.Level1))
+		h := c.hierarchy()
+		return algo.AllGatherHier(o, in, out, count, h, c.level0For(tune.AllGather, ch.Level0, h), level1(ch.Level1))
 	}
 	return algo.AllGatherRing(o, in, out, count)
 }
@@ -59,7 +71,8 @@ func (c *Comm) reduceScatter(o *algo.Op, in, out []byte, count int) error {
 	case tune.RHD:
 		return algo.ReduceScatterRH(o, in, out, count)
 	case tune.Hier:
-		return algo.ReduceScatterHier(o, in, out, count, c.hierarchy(), level0(ch.Level0), level1(ch.Level1))
+		h := c.hierarchy()
+		return algo.ReduceScatterHier(o, in, out, count, h, c.level0For(tune.ReduceScatter, ch.Level0, h), level1(ch.Level1))
 	}
 	return algo.ReduceScatterRing(o, in, out, count)
 }

@@ -29,11 +29,11 @@ type local struct {
 	// collectives GOHCCL_ALGO leaves to it.
 	whole   bool
 	meshFor [tune.NumColls]bool
-	// level0 is true when this host's ranks are exactly this rank's
-	// node in the topology (set by the communicator once it has one) and
-	// GOHCCL_ALGO names no level0: the hierarchical all-reduce then runs
-	// its level0 on the mesh engine.
-	level0 bool
+	// level0 says, per collective, that this host's ranks are exactly
+	// this rank's node in the topology (set by the communicator once it
+	// has one) and GOHCCL_ALGO names no level0 for it: its hierarchical
+	// form then runs level0 on the mesh engine.
+	level0 [tune.NumColls]bool
 	spec   tune.Spec
 	call   mesh.Call
 }

@@ -27,14 +27,28 @@ func (c *Comm) meshCall(o *algo.Op) *mesh.Call {
 	return mc
 }
 
-// meshLevel0 reports whether the hierarchical all-reduce can run its level0
-// on the mesh engine: this rank's node (level0 group) is exactly the ranks
-// that share its segment, and GOHCCL_ALGO does not name a level0 schedule.
+// meshLevel0 reports whether coll's hierarchical form (all-reduce,
+// allgather, reduce-scatter) can run its level0 on the mesh engine: this
+// rank's node (level0 group) is exactly the ranks that share its segment,
+// and GOHCCL_ALGO does not name a level0 schedule for coll.
 // The mesh replaces ring or halving-doubling there because it moves the
 // node's bytes through shared memory once instead of in 2(L-1) messages.
-func (c *Comm) meshLevel0() bool {
+func (c *Comm) meshLevel0(coll tune.Coll) bool {
 	l := c.local
-	return l != nil && !l.whole && l.level0 && l.meshFor[tune.AllReduce]
+	return l != nil && !l.whole && l.level0[coll]
+}
+
+// meshNode is the node's collectives on the mesh engine, for the level0
+// legs of the hierarchical allgather and reduce-scatter (algo.Level0Node),
+// under the communicator's running op.
+type meshNode struct{ c *Comm }
+
+func (m meshNode) AllGather(own, node []byte) error {
+	return m.c.local.engine.AllGather(m.c.meshCall(&m.c.op), own, node)
+}
+
+func (m meshNode) ReduceScatter(node, out []byte) error {
+	return m.c.local.engine.ReduceScatter(m.c.meshCall(&m.c.op), node, out)
 }
 
 // allReduceHierMesh is the hierarchical all-reduce with the mesh as level0:
