@@ -150,7 +150,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if loc != nil {
 		for i, p := range loc.ranks {
 			if p != rank {
-				tl[p] = pairedLink{Link: shmLinks[i], watch: tl[p]}
+				tl[p] = newPairedLink(shmLinks[i], tl[p])
 			}
 		}
 	}

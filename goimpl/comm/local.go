@@ -191,12 +191,26 @@ func (l *local) close() {
 
 // pairedLink carries frames over shared memory and keeps the TCP connection
 // to the same peer open only to learn at once when that peer's process
-// ends: the kernel closes its sockets, the TCP link reports the loss to
-// the matcher, and every wait on shared memory sees it through the
-// communicator's stop check.
+// ends: the kernel closes its sockets, the TCP link tells the
+// shared-memory link, which delivers what the peer left in the ring and
+// then fails its receives in the matcher, and every wait on shared memory
+// sees it through the communicator's stop check.
 type pairedLink struct {
 	transport.Link                // shared memory
 	watch          transport.Link // TCP, carries nothing
+}
+
+// newPairedLink pairs the shared-memory link to a peer with the TCP link
+// that watches it. The watch's end goes to the shared-memory link, which
+// delivers the frames the peer wrote before it exited, then fails its
+// receives.
+func newPairedLink(link, watch transport.Link) pairedLink {
+	w, wok := watch.(interface{ OnLost(func(error)) })
+	g, gok := link.(interface{ PeerGone(error) })
+	if wok && gok {
+		w.OnLost(g.PeerGone)
+	}
+	return pairedLink{Link: link, watch: watch}
 }
 
 func (p pairedLink) Close() error {

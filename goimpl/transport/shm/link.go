@@ -55,6 +55,10 @@ type Link struct {
 	// lost is why the receive side stopped when the peer went away or
 	// sent garbage; later sends fail with it.
 	lost atomic.Pointer[error]
+	// gone is why another transport says the peer's process ended
+	// (PeerGone); the receive goroutine stops on it once it has taken
+	// what the peer published.
+	gone atomic.Pointer[error]
 	done chan struct{}
 
 	wmu sync.Mutex
@@ -458,6 +462,17 @@ func (l *Link) publishHead() {
 	}
 }
 
+// PeerGone tells the link that the peer's process has ended or closed its
+// side (its socket to this rank closed): the receive goroutine delivers
+// what the peer published before, then fails the peer's receives with err,
+// instead of at its next liveness check. Failing them at once, from the
+// socket's side, would lose frames still in the ring: a peer that sends
+// and then exits has done nothing wrong.
+func (l *Link) PeerGone(err error) {
+	l.gone.CompareAndSwap(nil, &err)
+	guarded(func() { l.in.tail.Wake() })
+}
+
 // receiveStop is the stop condition of the receive goroutine's waits.
 func (l *Link) receiveStop() error {
 	if l.closed.Load() {
@@ -468,6 +483,9 @@ func (l *Link) receiveStop() error {
 			return fmt.Errorf("%w: rank %d closed its shared-memory link in the middle of a frame", transport.ErrPeerLost, l.peer)
 		}
 		return fmt.Errorf("%w: rank %d closed its shared-memory link", transport.ErrPeerLost, l.peer)
+	}
+	if p := l.gone.Load(); p != nil {
+		return *p
 	}
 	// A tail that went backwards never satisfies a wait: catch it here.
 	if t := l.in.tail.Load(); t < l.rx.tailSeen {

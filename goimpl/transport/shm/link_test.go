@@ -281,6 +281,28 @@ func TestFramesBeforeCloseArrive(t *testing.T) {
 	require.ErrorIs(t, h.matchers[1].Wait(&r3, soon()), transport.ErrPeerLost)
 }
 
+// TestPeerGoneDeliversFirst: told that the peer's process ended (its
+// socket closed, PeerGone), a link still delivers the frames the peer
+// wrote before, then fails the peer's receives with that reason at once,
+// waking a receive goroutine asleep on the ring.
+func TestPeerGoneDeliversFirst(t *testing.T) {
+	h := newHost(t, []int{0, 1}, 2, testRing)
+	small := p2pHeader(6, 3)
+	require.NoError(t, h.links[0][1].Send(&small, []byte("abc"), soon()))
+	time.Sleep(20 * time.Millisecond) // the receive goroutine falls asleep on its futex
+	gone := fmt.Errorf("%w: rank 0 closed the connection", transport.ErrPeerLost)
+	start := time.Now()
+	h.links[1][0].(*Link).PeerGone(gone)
+	r := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
+	h.matchers[1].Post(&r)
+	require.NoError(t, h.matchers[1].Wait(&r, soon()))
+	require.Equal(t, "abc", string(r.Buf))
+	r2 := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
+	h.matchers[1].Post(&r2)
+	require.ErrorIs(t, h.matchers[1].Wait(&r2, soon()), gone)
+	assert.Less(t, time.Since(start), 100*time.Millisecond, "PeerGone wakes the sleeping receive goroutine")
+}
+
 // halfHost attaches only local rank 1 of a pair: local rank 0's side of the
 // region is left for the test to play, byte by byte.
 func halfHost(t *testing.T) (region []byte, l transport.Link, m *transport.Matcher) {

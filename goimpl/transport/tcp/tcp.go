@@ -332,6 +332,9 @@ type Link struct {
 	matcher *transport.Matcher
 	closed  atomic.Bool
 	done    chan struct{}
+	// onLost, when set, is told of the connection's end instead of the
+	// matcher (OnLost).
+	onLost atomic.Pointer[func(error)]
 
 	wmu sync.Mutex
 	// wfailed is set after a write that sent part of a frame: the stream may
@@ -460,6 +463,16 @@ func (l *Link) lostErr(err error) error {
 // lost records the end of the connection; the socket is closed too, so the
 // peer learns of it at once instead of at its timeout.
 func (l *Link) lost(err error) {
-	l.matcher.Fail(l.peer, l.lostErr(err))
+	if f := l.onLost.Load(); f != nil {
+		(*f)(l.lostErr(err))
+	} else {
+		l.matcher.Fail(l.peer, l.lostErr(err))
+	}
 	l.conn.Close()
 }
+
+// OnLost hands the end of the connection to f rather than failing the
+// peer's receives in the matcher: for a connection kept only to learn that
+// the peer's process ended while the frames travel another way (over
+// shared memory), which must deliver what it already carries first.
+func (l *Link) OnLost(f func(error)) { l.onLost.Store(&f) }
