@@ -272,13 +272,19 @@ func TestFramesBeforeCloseArrive(t *testing.T) {
 	require.NoError(t, h.links[0][1].Close())
 	require.NoError(t, h.matchers[1].Wait(&r, soon()))
 	require.Equal(t, payload, r.Buf)
-	r2 := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
-	h.matchers[1].Post(&r2)
-	require.NoError(t, h.matchers[1].Wait(&r2, soon()))
-	require.Equal(t, "abc", string(r2.Buf))
-	r3 := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
-	h.matchers[1].Post(&r3)
-	require.ErrorIs(t, h.matchers[1].Wait(&r3, soon()), transport.ErrPeerLost)
+	got, err := h.recvFrom0(small)
+	require.NoError(t, err)
+	require.Equal(t, "abc", string(got))
+	_, err = h.recvFrom0(small)
+	require.ErrorIs(t, err, transport.ErrPeerLost)
+}
+
+// recvFrom0 posts a receive on local rank 1 for the frame hd from rank 0
+// and waits for it.
+func (h *host) recvFrom0(hd transport.Header) ([]byte, error) {
+	r := transport.Recv{Peer: 0, Want: hd, Buf: make([]byte, hd.Len)}
+	h.matchers[1].Post(&r)
+	return r.Buf, h.matchers[1].Wait(&r, soon())
 }
 
 // TestPeerGoneDeliversFirst: told that the peer's process ended (its
@@ -293,13 +299,11 @@ func TestPeerGoneDeliversFirst(t *testing.T) {
 	gone := fmt.Errorf("%w: rank 0 closed the connection", transport.ErrPeerLost)
 	start := time.Now()
 	h.links[1][0].(*Link).PeerGone(gone)
-	r := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
-	h.matchers[1].Post(&r)
-	require.NoError(t, h.matchers[1].Wait(&r, soon()))
-	require.Equal(t, "abc", string(r.Buf))
-	r2 := transport.Recv{Peer: 0, Want: small, Buf: make([]byte, 3)}
-	h.matchers[1].Post(&r2)
-	require.ErrorIs(t, h.matchers[1].Wait(&r2, soon()), gone)
+	got, err := h.recvFrom0(small)
+	require.NoError(t, err)
+	require.Equal(t, "abc", string(got))
+	_, err = h.recvFrom0(small)
+	require.ErrorIs(t, err, gone)
 	assert.Less(t, time.Since(start), 100*time.Millisecond, "PeerGone wakes the sleeping receive goroutine")
 }
 
