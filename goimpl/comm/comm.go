@@ -11,6 +11,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -358,7 +359,7 @@ func (c *Comm) Close() {
 	c.broken.CompareAndSwap(nil, &err)
 	c.mesh.Close(err)
 	c.mu.Lock()
-	c.scratch, c.op.Scratch = nil, nil
+	c.scratch, c.op.Scratch, c.op.Work = nil, nil, nil
 	if c.local != nil {
 		// The links are closed and no op runs (it would hold mu):
 		// nothing touches the segment any more.
@@ -366,6 +367,14 @@ func (c *Comm) Close() {
 		c.local = nil
 	}
 	c.mu.Unlock()
+	// Give the buffers back now: the scratch (GOHCCL_BUFFSIZE) and the
+	// accumulation buffer are megabytes each, and in a Python process
+	// that allocates little Go memory the next collection, and with it
+	// their return to the kernel, can be many init/destroy cycles away
+	// (tests/test_leaks.py saw RSS 9 MB up at cycle 55 of 100, flat after).
+	// A destroy is rare; one forced collection of a small heap costs
+	// about a millisecond.
+	debug.FreeOSMemory()
 	c.log.Infof("communicator %s closed", c.id)
 }
 
