@@ -28,22 +28,13 @@ type asmDivide struct {
 // operating system also saves its registers (XCR0), so a kernel that runs without
 // OS support for the YMM or ZMM state is not possible here.
 func platformPaths() []*path {
-	p512 := asmPath(PathAVX512, &avx512Kernels, &avx512Divides, missing(map[string]cpuid.FeatureID{
-		"AVX512F": cpuid.AVX512F, "AVX512BW": cpuid.AVX512BW, "AVX512DQ": cpuid.AVX512DQ}))
-	p512.manual = avx512Manual
 	return []*path{
 		asmPath(PathAVX2, &avx2Kernels, &avx2Divides, missing(map[string]cpuid.FeatureID{
 			"AVX2": cpuid.AVX2, "F16C": cpuid.F16C})),
-		p512,
+		asmPath(PathAVX512, &avx512Kernels, &avx512Divides, missing(map[string]cpuid.FeatureID{
+			"AVX512F": cpuid.AVX512F, "AVX512BW": cpuid.AVX512BW, "AVX512DQ": cpuid.AVX512DQ})),
 	}
 }
-
-// avx512Manual keeps the avx512 path out of automatic selection. Its kernels come
-// from the same generator as the avx2 ones and assemble, but the machines this was
-// written on have no AVX-512, so no test has run them yet. Set it to false once
-// `go test ./goimpl/reduce` has passed on an AVX-512 machine (TestPaths logs the paths
-// it could not run).
-const avx512Manual = true
 
 // missing names the features of need that this CPU lacks, "" if none.
 func missing(need map[string]cpuid.FeatureID) string {

@@ -33,9 +33,7 @@
 // A path is a complete table of kernels for one instruction set: "scalar" (portable
 // Go, every platform), "avx2" (AVX2 and F16C) and "avx512" (AVX-512 F, BW and DQ).
 // Where a path has no assembly for a pair it uses the scalar kernel. The best path the
-// CPU supports is active from init; SelectPath forces another (GOHCCL_SIMD). The
-// avx512 path is built and assembled but so far untested on real AVX-512 hardware, so
-// it runs only when selected by name.
+// CPU supports is active from init; SelectPath forces another (GOHCCL_SIMD).
 //
 // docs/kernels.md gives the measured throughput of each path.
 package reduce
@@ -82,9 +80,6 @@ type path struct {
 	divide [numDTypes]func(buf []byte, n int)
 	// missing names the CPU feature this machine lacks for the path, "" if none.
 	missing string
-	// manual keeps the path out of automatic selection: it runs only when chosen by
-	// name (see avx512Manual in paths_amd64.go).
-	manual bool
 }
 
 // allPaths lists every path known to this build, worst first: scalar, then the
@@ -124,11 +119,11 @@ func newPath(name string, asm *[numDTypes][numOps]Kernel3, missing string) *path
 	return p
 }
 
-// best returns the last path the CPU supports that is not manual.
+// best returns the last path the CPU supports.
 func best() *path {
 	var b *path
 	for _, p := range allPaths {
-		if p.missing == "" && !p.manual {
+		if p.missing == "" {
 			b = p
 		}
 	}
@@ -160,8 +155,7 @@ func Paths() []string {
 func ActivePath() string { return active.Load().name }
 
 // SelectPath makes name the active path; "" and "auto" select the best one the CPU
-// supports, leaving out paths that run only when named (today avx512, until its
-// kernels have been tested on an AVX-512 machine). It fails, leaving the active path as it was, if the name is unknown or the
+// supports. It fails, leaving the active path as it was, if the name is unknown or the
 // CPU lacks a feature the path needs. Kernels already returned by Lookup keep running
 // the path they came from.
 func SelectPath(name string) error {

@@ -314,7 +314,11 @@ func TestSelectPath(t *testing.T) {
 	assert.Equal(t, PathScalar, paths[0])
 	auto := best().name
 	assert.Equal(t, auto, ActivePath(), "the best path is active from init")
-	if containsName(paths, PathAVX2) {
+	assert.Equal(t, paths[len(paths)-1], auto, "auto runs the best path this CPU supports")
+	switch {
+	case containsName(paths, PathAVX512):
+		assert.Equal(t, PathAVX512, auto, "an AVX-512 machine runs avx512 unless told otherwise")
+	case containsName(paths, PathAVX2):
 		assert.Equal(t, PathAVX2, auto, "an AVX2 machine runs avx2 unless told otherwise")
 	}
 	for _, name := range paths {
