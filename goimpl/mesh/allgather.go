@@ -10,7 +10,8 @@ import (
 //
 // A chunk is the next lay.buf bytes of every block: each rank copies its
 // part into its buffer and publishes it, copies it into its own block of
-// out, waits for every peer's and copies theirs out. Per rank: reads S/n +
+// out, and, ahead chunks later, waits for every peer's and copies theirs
+// out. Per rank: reads S/n +
 // (n-1)/n S, writes S/n + S (S = len(out)).
 func (e *Engine) AllGather(c *Call, in, out []byte) error {
 	if _, err := checkData(c, len(in)); err != nil {
@@ -52,7 +53,8 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 	if len(out) >= streamMin {
 		put = stream
 	}
-	for i := range chunks {
+	// Each chunk is posted ahead chunks before it is copied out (see ahead).
+	post := func(i int) error {
 		k, b := e.step(i)
 		if err := e.claim(k); err != nil {
 			return err
@@ -65,6 +67,17 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 		if dst := out[lo:hi]; len(dst) > 0 && &dst[0] != &own[0] {
 			put(dst, own)
 		}
+		return nil
+	}
+	posted := 0
+	for i := range chunks {
+		for ; posted < chunks && posted <= i+ahead; posted++ {
+			if err := post(posted); err != nil {
+				return err
+			}
+		}
+		k, b := e.step(i)
+		e.open(s, k)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
 		}

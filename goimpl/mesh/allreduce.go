@@ -47,8 +47,8 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 	B := e.lay.buf
 	chunks := (len(buf) + B - 1) / B
 	e.chunks = chunks
-	// Each chunk's inputs are posted one chunk ahead, so that a peer that
-	// reaches chunk i finds them while this rank still reduces chunk i-1.
+	// Inputs are posted ahead chunks past the one being reduced, so that a
+	// peer reads them from L3 rather than from this core's L2 (see ahead).
 	post := func(i int) error {
 		k, b := e.step(i)
 		if err := e.claim(k); err != nil {
@@ -59,12 +59,10 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 		e.post(b, 2*k+1)
 		return nil
 	}
-	if err := post(0); err != nil {
-		return err
-	}
+	posted := 0
 	for i := range chunks {
-		if i+1 < chunks {
-			if err := post(i + 1); err != nil {
+		for ; posted < chunks && posted <= i+ahead; posted++ {
+			if err := post(posted); err != nil {
 				return err
 			}
 		}
@@ -102,6 +100,10 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 //  3. it posts the next chunk's inputs, so that the peers find them when
 //     they get there, then copies every rank's reduced piece into buf: every
 //     rank for an all-reduce, only the root for a reduce.
+//
+// Only one chunk goes ahead here, not ahead chunks: ready says 2k+1 for
+// inputs and 2k+2 for results, so inputs of chunk k+2 posted before the
+// results of chunk k would announce those results too early.
 //
 // Per rank: copy in reads and writes (n-1)/n S, the reduction reads S and
 // writes S/n, the copy out reads and writes S: reads (3n-1)/n S, writes 2S

@@ -294,13 +294,13 @@ func TestFailedPeer(t *testing.T) {
 	c := newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 1024, 0, 1)
 	c.Deadline = time.Now().Add(10 * time.Millisecond)
 	require.ErrorIs(t, es[1].AllReduce(c, make([]byte, 4096)), transport.ErrTimeout)
-	// Rank 1 had posted its inputs: rank 0's #1 completes, its #2 cannot.
+	// Rank 1 had posted its inputs (both chunks of the minimum budget): rank 0's #1 completes, its #2 cannot.
 	require.NoError(t, es[0].AllReduce(newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 1024, 0, 1), make([]byte, 4096)))
 	t0 := time.Now()
 	c = newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 1024, 0, 2)
 	err := es[0].AllReduce(c, make([]byte, 4096))
 	require.ErrorIs(t, err, transport.ErrPeerLost)
-	require.ErrorContains(t, err, "collective #2 (allreduce float32 count 1024 op sum) on shared memory: rank 1 aborted: timed out waiting for collective #1 (allreduce float32 count 1024 op sum) on shared memory: no inputs from local rank 0 (chunk 1 of 1)")
+	require.ErrorContains(t, err, "collective #2 (allreduce float32 count 1024 op sum) on shared memory: rank 1 aborted: timed out waiting for collective #1 (allreduce float32 count 1024 op sum) on shared memory: no inputs from local rank 0 (chunk 1 of 2)")
 	require.Less(t, time.Since(t0), time.Second)
 }
 

@@ -13,11 +13,19 @@ import (
 const (
 	// depth is the number of pipeline buffers per rank: chunk k uses buffer
 	// k%depth, so a rank may run up to depth-1 chunks ahead of the slowest
-	// peer that still reads its buffers. The schedules post a chunk's
-	// inputs one chunk ahead, which needs depth >= 4 never to wait for a
-	// free buffer in step; more costs region memory and cache footprint
-	// for no gain.
-	depth = 4
+	// peer that still reads its buffers.
+	depth = 16
+
+	// ahead is how many chunks past the one it reads a rank has posted
+	// (one-shot all-reduce, allgather, reduce-scatter): the bytes a peer
+	// reads were written ahead*maxChunk bytes of copying earlier, long
+	// enough for them to have left the writer's L2 for the shared L3. A
+	// core reads another core's L2-resident lines at about 8 GB/s on this
+	// machine (Zen 4) and L3-resident ones at 25-35; two processes of a
+	// one-shot 1 MiB all-reduce took 156-173 us one chunk ahead and 57-67
+	// us eight chunks ahead (docs/mesh.md). It must stay below depth so
+	// that a post never waits on a buffer the rank itself still reads.
+	ahead = depth / 2
 )
 
 // The schedule tunables are variables only so that the tests can run every

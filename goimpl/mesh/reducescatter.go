@@ -55,11 +55,16 @@ func (e *Engine) reduceScatter(s schedule, in, out []byte, p blocked) error {
 	chunks := p.chunks()
 	e.chunks = chunks
 	base, _ := p.block(e.me)
+	posted := 0
 	for i := range chunks {
-		if err := e.postPieces(s, in, p, i); err != nil {
-			return err
+		// Inputs go ahead chunks before they are read (see ahead).
+		for ; posted < chunks && posted <= i+ahead; posted++ {
+			if err := e.postPieces(s, in, p, posted); err != nil {
+				return err
+			}
 		}
 		k, b := e.step(i)
+		e.open(s, k)
 		slot := e.slot(e.me, b)
 		if err := e.awaitAll(2*k+1, b, true); err != nil {
 			return err
