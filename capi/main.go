@@ -38,6 +38,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/config"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
+	"github.com/gohccl/gohccl/goimpl/shm"
 	"github.com/gohccl/gohccl/goimpl/transport"
 )
 
@@ -64,6 +65,8 @@ type reqEntry struct {
 func init() {
 	handles.comms = map[uint64]*comm.Comm{}
 	handles.reqs = map[uint64]reqEntry{}
+	// Every operation runs on the C caller's thread.
+	shm.SetLockedCallers(true)
 }
 
 func lookupComm(h C.gohccl_comm) (*comm.Comm, error) {

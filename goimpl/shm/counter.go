@@ -93,6 +93,14 @@ func SetPolicy(p Policy) { policy.Store(&p) }
 // CurrentPolicy returns the wait policy of this process.
 func CurrentPolicy() Policy { return *policy.Load() }
 
+var lockedCallers atomic.Bool
+
+// SetLockedCallers says that every wait runs on a thread that C called into
+// Go on (the C ABI), which is locked to its goroutine: there a
+// runtime.Gosched only hands the P to another thread and takes it back, two
+// futex wake-ups, so WaitAtLeast never makes one.
+func SetLockedCallers(locked bool) { lockedCallers.Store(locked) }
+
 // sleepSlice bounds one futex sleep, so that a waiter notices its deadline
 // and its stop condition (a broken or aborted communicator) promptly.
 const sleepSlice = 10 * time.Millisecond
@@ -113,13 +121,13 @@ func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) e
 		if p.Yield {
 			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		}
-		if i%64 == 0 {
-			if time.Since(start) >= p.Spin {
-				break
-			}
-			if i%4096 == 0 {
-				runtime.Gosched()
-			}
+		// No runtime.Gosched here: called from C, this goroutine is
+		// locked to its thread, and a Gosched hands the P to another
+		// thread and back, two futex wake-ups that cost more than the
+		// whole wait (perf showed them as the largest kernel cost of a
+		// 4 KiB all-reduce through torch).
+		if i%64 == 0 && time.Since(start) >= p.Spin {
+			break
 		}
 	}
 	for i := 0; p.YieldFor > 0; i++ {
@@ -127,8 +135,16 @@ func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) e
 			return nil
 		}
 		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-		if i%16 == 15 && time.Since(start) >= p.Spin+p.YieldFor {
-			break
+		if i%16 == 15 {
+			if time.Since(start) >= p.Spin+p.YieldFor {
+				break
+			}
+			// Past the spin, let goroutines that share this P
+			// (goroutine ranks of one process) run; a thread that C
+			// called in on has nothing to give the P to.
+			if !lockedCallers.Load() {
+				runtime.Gosched()
+			}
 		}
 	}
 	for {
