@@ -889,6 +889,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
         ": the process group has been destroyed");
     // 1-based, as libgohccl numbers collectives in its messages.
     const uint64_t seq = collective ? ++collectiveSeq_ : ++p2pSeq_;
+    runHere = !asyncOp && queue.claimIdle();
     work = c10::make_intrusive<WorkGoHCCL>(
         rank_,
         opType,
@@ -898,8 +899,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
         std::move(outputs),
         std::move(body),
         /*waitRunsBody=*/false,
-        errorState_);
-    runHere = queue.pushOrClaim(work, /*runHere=*/!asyncOp);
+        errorState_,
+        runHere);
+    if (!runHere) {
+      queue.push(work);
+    }
   }
   // A synchronous op (async_op=False) whose queue is idle runs here: the
   // caller is about to wait for it anyway. Not under issueMutex_, which

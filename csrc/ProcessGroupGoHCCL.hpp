@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,7 +87,8 @@ class WorkGoHCCL : public c10d::Work {
       std::vector<at::Tensor> outputs,
       Body body,
       bool waitRunsBody,
-      std::shared_ptr<std::atomic<int>> errorState);
+      std::shared_ptr<std::atomic<int>> errorState,
+      bool runsHere = false);
   ~WorkGoHCCL() override;
 
   bool isCompleted() override;
@@ -120,14 +122,18 @@ class WorkGoHCCL : public c10d::Work {
   Body body_;
   const bool waitRunsBody_;
   const std::vector<at::Tensor> outputs_;
-  const c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // The future is made on the first getFuture(), under mutex_: most
+  // synchronous calls never ask for it, and making and completing one is a
+  // good part of a small op's cost in the shim.
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
   const std::string name_;
   const uint64_t seq_;
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<std::atomic<int>> errorState_;
   // The issuing thread's thread-local state (grad mode, inference mode,
-  // dispatch keys), in force while the body runs on another thread.
-  const at::ThreadLocalState tls_;
+  // dispatch keys), in force while the body runs on another thread; none
+  // for a work the issuing thread runs itself (runsHere).
+  const std::optional<at::ThreadLocalState> tls_;
   int source_ = -1;
 };
 
@@ -142,12 +148,13 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   void push(c10::intrusive_ptr<WorkGoHCCL> work);
-  // pushOrClaim queues work, or, when runHere is set and nothing is queued
-  // or running, claims the queue for the caller instead and returns true:
-  // the caller then runs the work on its own thread with runClaimed. For
-  // synchronous operations this saves two thread hand-offs, and the order is
-  // the same as through the queue.
-  bool pushOrClaim(const c10::intrusive_ptr<WorkGoHCCL>& work, bool runHere);
+  // claimIdle claims the queue for the caller when nothing is queued or
+  // running and returns true: the caller then runs its work on its own
+  // thread with runClaimed, instead of pushing it. For synchronous
+  // operations this saves two thread hand-offs, and the order is the same
+  // as through the queue (callers hold their issue lock across claimIdle and
+  // push).
+  bool claimIdle();
   void runClaimed(const c10::intrusive_ptr<WorkGoHCCL>& work);
   // stop ends the thread after the work it is running. With drain, it runs
   // everything queued first; without, it returns the works it never started.

@@ -24,19 +24,21 @@ WorkGoHCCL::WorkGoHCCL(
     std::vector<at::Tensor> outputs,
     Body body,
     bool waitRunsBody,
-    std::shared_ptr<std::atomic<int>> errorState)
+    std::shared_ptr<std::atomic<int>> errorState,
+    bool runsHere)
     // No profiling title: Work would open a profiler range that only its own
     // finish() closes.
     : c10d::Work(rank, opType, nullptr, std::nullopt),
       body_(std::move(body)),
       waitRunsBody_(waitRunsBody),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::ofTensors())),
       name_(std::move(name)),
       seq_(seq),
       timeout_(timeout),
-      errorState_(std::move(errorState)) {}
+      errorState_(std::move(errorState)),
+      tls_(
+          runsHere ? std::nullopt
+                   : std::optional<at::ThreadLocalState>(std::in_place)) {}
 
 WorkGoHCCL::~WorkGoHCCL() = default;
 
@@ -102,6 +104,20 @@ bool WorkGoHCCL::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkGoHCCL::getFuture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!future_) {
+    future_ =
+        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    // Made after the work ended: complete it now. It is new, so no callback
+    // runs under the lock.
+    if (completed_) {
+      if (exception_) {
+        future_->setError(exception_);
+      } else {
+        future_->markCompleted(c10::IValue(outputs_));
+      }
+    }
+  }
   return future_;
 }
 
@@ -121,7 +137,10 @@ bool WorkGoHCCL::run() {
   int source = -1;
   std::exception_ptr err;
   try {
-    at::ThreadLocalStateGuard tlsGuard(tls_);
+    std::optional<at::ThreadLocalStateGuard> tlsGuard;
+    if (tls_) {
+      tlsGuard.emplace(*tls_);
+    }
     // The body only moves data into place; nothing in it is differentiable.
     at::NoGradGuard noGrad;
     source = body();
@@ -152,21 +171,33 @@ bool WorkGoHCCL::fail(std::exception_ptr err) {
 }
 
 void WorkGoHCCL::complete(int source, std::exception_ptr err) {
-  // The future first: wait() must not return while get_future() still looks
-  // pending. markCompleted and setError run the future's callbacks (DDP's
-  // among them) inline, so no lock is held here.
-  try {
-    if (err) {
-      future_->setError(err);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-  } catch (const std::exception& e) {
-    // A callback threw past the future; the work itself still completes.
-    LOG(ERROR) << "gohccl: a callback on the future of " << name_
-               << " threw: " << e.what();
-  }
+  // With a future, the future first: wait() must not return while
+  // get_future() still looks pending. markCompleted and setError run the
+  // future's callbacks (DDP's among them) inline, so no lock is held then.
+  // Without one, the work completes under the same lock that getFuture()
+  // takes, so a future made later sees it complete.
+  c10::intrusive_ptr<c10::ivalue::Future> future;
   {
+    std::lock_guard<std::mutex> lock(mutex_);
+    future = future_;
+    if (!future) {
+      source_ = source;
+      exception_ = std::move(err);
+      completed_ = true;
+    }
+  }
+  if (future) {
+    try {
+      if (err) {
+        future->setError(err);
+      } else {
+        future->markCompleted(c10::IValue(outputs_));
+      }
+    } catch (const std::exception& e) {
+      // A callback threw past the future; the work itself still completes.
+      LOG(ERROR) << "gohccl: a callback on the future of " << name_
+                 << " threw: " << e.what();
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     source_ = source;
     exception_ = std::move(err);
@@ -204,12 +235,6 @@ WorkQueue::~WorkQueue() {
 }
 
 void WorkQueue::push(c10::intrusive_ptr<WorkGoHCCL> work) {
-  pushOrClaim(work, false);
-}
-
-bool WorkQueue::pushOrClaim(
-    const c10::intrusive_ptr<WorkGoHCCL>& work,
-    bool runHere) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(
@@ -217,14 +242,18 @@ bool WorkQueue::pushOrClaim(
         "gohccl: process group destroyed; ",
         work->name(),
         " was issued after shutdown");
-    if (runHere && queue_.empty() && !running_) {
-      running_ = true;
-      return true;
-    }
-    queue_.push_back(work);
+    queue_.push_back(std::move(work));
   }
   cv_.notify_one();
-  return false;
+}
+
+bool WorkQueue::claimIdle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || !queue_.empty() || running_) {
+    return false;
+  }
+  running_ = true;
+  return true;
 }
 
 void WorkQueue::runClaimed(const c10::intrusive_ptr<WorkGoHCCL>& work) {
