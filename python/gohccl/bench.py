@@ -960,11 +960,12 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
     in order (A B A B ...), block calls back to back each, and records the
     timed rounds' samples in seconds per call, per label.
 
-    A block rather than a single call per sample: the first call after
-    another label's absorbs the arrival skew that label left between the
-    ranks (Gloo's returns hundreds of microseconds apart on this 2-core
-    machine), which is not this label's cost; over a block it counts once
-    in block calls, as in nccl-tests' timed loops."""
+    Each block starts with one untimed call of the same label: the first
+    call after another label's absorbs the arrival skew that label left
+    between the ranks (Gloo's returns hundreds of microseconds apart on this
+    2-core machine), which is not this label's cost. The timed calls then
+    start from this label's own exit skew, as in a loop of its calls, and
+    a block of several averages the calls, as in nccl-tests' timed loops."""
     samples: list[list[float]] = [[] for _ in labels]
     clock = time.perf_counter
     total = warmup + iters
@@ -972,6 +973,7 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
         for k, label in enumerate(labels):
             if not active[k]:
                 continue
+            label.run(collective, buf, op, root)
             t0 = clock()
             for _ in range(block):
                 label.run(collective, buf, op, root)
