@@ -71,10 +71,9 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 	}
 	posted := 0
 	for i := range chunks {
-		for ; posted < chunks && posted <= i+ahead; posted++ {
-			if err := post(posted); err != nil {
-				return err
-			}
+		var err error
+		if posted, err = postAhead(posted, i, chunks, post); err != nil {
+			return err
 		}
 		k, b := e.step(i)
 		e.open(s, k)

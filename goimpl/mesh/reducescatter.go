@@ -55,13 +55,13 @@ func (e *Engine) reduceScatter(s schedule, in, out []byte, p blocked) error {
 	chunks := p.chunks()
 	e.chunks = chunks
 	base, _ := p.block(e.me)
+	// Inputs go ahead chunks before they are read (see ahead).
+	post := func(i int) error { return e.postPieces(s, in, p, i) }
 	posted := 0
 	for i := range chunks {
-		// Inputs go ahead chunks before they are read (see ahead).
-		for ; posted < chunks && posted <= i+ahead; posted++ {
-			if err := e.postPieces(s, in, p, posted); err != nil {
-				return err
-			}
+		var err error
+		if posted, err = postAhead(posted, i, chunks, post); err != nil {
+			return err
 		}
 		k, b := e.step(i)
 		e.open(s, k)

@@ -232,3 +232,15 @@ func (t *TimeoutError) Error() string {
 
 // Unwrap makes errors.Is(err, transport.ErrTimeout) hold.
 func (t *TimeoutError) Unwrap() error { return transport.ErrTimeout }
+
+// postAhead posts, with post, the chunks from posted on that a rank about
+// to read chunk i of chunks has ahead of it (up to i+ahead), and returns how
+// many are posted. Small enough to inline, so post does not escape.
+func postAhead(posted, i, chunks int, post func(int) error) (int, error) {
+	for ; posted < chunks && posted <= i+ahead; posted++ {
+		if err := post(posted); err != nil {
+			return posted, err
+		}
+	}
+	return posted, nil
+}
