@@ -71,13 +71,8 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 	}
 	posted := 0
 	for i := range chunks {
-		var err error
-		if posted, err = postAhead(posted, i, chunks, post); err != nil {
-			return err
-		}
-		k, b := e.step(i)
-		e.open(s, k)
-		if err := e.awaitAll(2*k+1, b, true); err != nil {
+		k, b, err := e.enterAhead(s, i, chunks, &posted, post)
+		if err != nil {
 			return err
 		}
 		for j := range e.n {

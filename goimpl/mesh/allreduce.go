@@ -61,13 +61,8 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 	}
 	posted := 0
 	for i := range chunks {
-		var err error
-		if posted, err = postAhead(posted, i, chunks, post); err != nil {
-			return err
-		}
-		k, b := e.step(i)
-		e.open(schedAllReduceOneShot, k)
-		if err := e.awaitAll(2*k+1, b, true); err != nil {
+		k, b, err := e.enterAhead(schedAllReduceOneShot, i, chunks, &posted, post)
+		if err != nil {
 			return err
 		}
 		// Ranks 0 and 1 take their own input from buf: the first step

@@ -59,16 +59,11 @@ func (e *Engine) reduceScatter(s schedule, in, out []byte, p blocked) error {
 	post := func(i int) error { return e.postPieces(s, in, p, i) }
 	posted := 0
 	for i := range chunks {
-		var err error
-		if posted, err = postAhead(posted, i, chunks, post); err != nil {
+		k, b, err := e.enterAhead(s, i, chunks, &posted, post)
+		if err != nil {
 			return err
 		}
-		k, b := e.step(i)
-		e.open(s, k)
 		slot := e.slot(e.me, b)
-		if err := e.awaitAll(2*k+1, b, true); err != nil {
-			return err
-		}
 		lo, hi := p.part(e.me, i)
 		own, dst := in[lo:hi], out[lo-base:hi-base]
 		if direct(dst, own, e.me) {

@@ -233,14 +233,19 @@ func (t *TimeoutError) Error() string {
 // Unwrap makes errors.Is(err, transport.ErrTimeout) hold.
 func (t *TimeoutError) Unwrap() error { return transport.ErrTimeout }
 
-// postAhead posts, with post, the chunks from posted on that a rank about
-// to read chunk i of chunks has ahead of it (up to i+ahead), and returns how
-// many are posted. Small enough to inline, so post does not escape.
-func postAhead(posted, i, chunks int, post func(int) error) (int, error) {
-	for ; posted < chunks && posted <= i+ahead; posted++ {
-		if err := post(posted); err != nil {
-			return posted, err
+// enterAhead is how a schedule that posts ahead (see ahead) enters chunk i
+// of chunks under schedule s: it posts, with post, the chunks from *posted
+// up to i+ahead that are not posted yet, then awaits every peer's inputs of
+// chunk i, and returns the chunk's sequence number and buffer. post is only
+// called, so the caller's closure does not escape.
+func (e *Engine) enterAhead(s schedule, i, chunks int, posted *int, post func(int) error) (k uint64, b int, err error) {
+	for ; *posted < chunks && *posted <= i+ahead; *posted++ {
+		if err := post(*posted); err != nil {
+			return 0, 0, err
 		}
 	}
-	return posted, nil
+	// The posts opened their own chunks: reopen this one.
+	k, b = e.step(i)
+	e.open(s, k)
+	return k, b, e.awaitAll(2*k+1, b, true)
 }
