@@ -117,6 +117,9 @@ class WorkGoHCCL : public c10d::Work {
 
  private:
   void complete(int source, std::exception_ptr err);
+  // settle completes future with the outputs, or fails it with err; it runs
+  // the future's callbacks inline.
+  void settle(c10::ivalue::Future& future, const std::exception_ptr& err);
 
   std::atomic<bool> claimed_{false};
   Body body_;

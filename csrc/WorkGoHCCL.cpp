@@ -111,14 +111,20 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkGoHCCL::getFuture() {
     // Made after the work ended: complete it now. It is new, so no callback
     // runs under the lock.
     if (completed_) {
-      if (exception_) {
-        future_->setError(exception_);
-      } else {
-        future_->markCompleted(c10::IValue(outputs_));
-      }
+      settle(*future_, exception_);
     }
   }
   return future_;
+}
+
+void WorkGoHCCL::settle(
+    c10::ivalue::Future& future,
+    const std::exception_ptr& err) {
+  if (err) {
+    future.setError(err);
+  } else {
+    future.markCompleted(c10::IValue(outputs_));
+  }
 }
 
 uint64_t WorkGoHCCL::getSequencenumber() const {
@@ -176,29 +182,19 @@ void WorkGoHCCL::complete(int source, std::exception_ptr err) {
   // future's callbacks (DDP's among them) inline, so no lock is held then.
   // Without one, the work completes under the same lock that getFuture()
   // takes, so a future made later sees it complete.
-  c10::intrusive_ptr<c10::ivalue::Future> future;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    future = future_;
-    if (!future) {
-      source_ = source;
-      exception_ = std::move(err);
-      completed_ = true;
-    }
-  }
-  if (future) {
-    try {
-      if (err) {
-        future->setError(err);
-      } else {
-        future->markCompleted(c10::IValue(outputs_));
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (c10::intrusive_ptr<c10::ivalue::Future> future = future_) {
+      lock.unlock();
+      try {
+        settle(*future, err);
+      } catch (const std::exception& e) {
+        // A callback threw past the future; the work itself still completes.
+        LOG(ERROR) << "gohccl: a callback on the future of " << name_
+                   << " threw: " << e.what();
       }
-    } catch (const std::exception& e) {
-      // A callback threw past the future; the work itself still completes.
-      LOG(ERROR) << "gohccl: a callback on the future of " << name_
-                 << " threw: " << e.what();
+      lock.lock();
     }
-    std::lock_guard<std::mutex> lock(mutex_);
     source_ = source;
     exception_ = std::move(err);
     completed_ = true;
