@@ -180,12 +180,20 @@ func (c *Comm) Err() error {
 		return *p
 	}
 	if err := c.mesh.Matcher().Err(); err != nil {
-		if c.broken.CompareAndSwap(nil, &err) {
-			c.log.Warnf("communicator broken: %v", err)
-		}
-		return *c.broken.Load()
+		return c.breakBy(err)
 	}
 	return nil
+}
+
+// breakBy records err as what broke the communicator, unless something did
+// first, and returns the error that did. It is apart from Err so that the
+// pointer the record needs is allocated only on failure: taking the address
+// of Err's own variable put it on the heap on every collective.
+func (c *Comm) breakBy(err error) error {
+	if c.broken.CompareAndSwap(nil, &err) {
+		c.log.Warnf("communicator broken: %v", err)
+	}
+	return *c.broken.Load()
 }
 
 func (c *Comm) deadline(timeout time.Duration) time.Time {

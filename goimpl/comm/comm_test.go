@@ -520,3 +520,68 @@ func runIndexed(n int, f func(r int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+// TestCollectivesDoNotAllocate holds the Comm layer to what the mesh engine
+// below it already promises: a steady-state collective allocates nothing.
+// An allocation per call is invisible in a Go benchmark's timing but, called
+// from C a hundred thousand times a second, it wakes the garbage collector,
+// whose workers and stop-the-world phases then preempt the rank's thread.
+// The world is bootstrapped for real, so on this host the links are shared
+// memory and the collectives run the mesh, as under torchrun.
+func TestCollectivesDoNotAllocate(t *testing.T) {
+	const n = 2
+	store := rendezvous.NewMemStore()
+	comms := make([]*Comm, n)
+	noErrors(t, runIndexed(n, func(r int) error {
+		var err error
+		comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: 20 * time.Second, Config: config.Default(), MasterAddr: "127.0.0.1"})
+		return err
+	}))
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	for _, count := range []int{1024, 256 << 10} {
+		bufs := make([][]byte, n)
+		outs := make([][]byte, n)
+		for r := range bufs {
+			bufs[r] = make([]byte, 4*count)
+			outs[r] = make([]byte, 4*count*n)
+		}
+		ops := []struct {
+			name string
+			run  func(r int) error
+		}{
+			{"all_reduce", func(r int) error { return comms[r].AllReduce(bufs[r], count, reduce.Float32, reduce.Sum, 0) }},
+			{"broadcast", func(r int) error { return comms[r].Broadcast(bufs[r], count, reduce.Float32, 0, 0) }},
+			{"all_gather", func(r int) error { return comms[r].AllGather(bufs[r], outs[r], count, reduce.Float32, 0) }},
+			{"reduce_scatter", func(r int) error {
+				return comms[r].ReduceScatter(outs[r], bufs[r], count, reduce.Float32, reduce.Sum, 0)
+			}},
+			{"barrier", func(r int) error { return comms[r].Barrier(0) }},
+		}
+		for _, op := range ops {
+			const runs = 50
+			peer := make(chan error, 1)
+			go func() {
+				for range runs + 1 { // AllocsPerRun runs f once more to warm up
+					if err := op.run(1); err != nil {
+						peer <- err
+						return
+					}
+				}
+				peer <- nil
+			}()
+			var err error
+			allocs := testing.AllocsPerRun(runs, func() {
+				if err == nil {
+					err = op.run(0)
+				}
+			})
+			require.NoError(t, err, "%s of %d elements on rank 0", op.name, count)
+			require.NoError(t, <-peer, "%s of %d elements on rank 1", op.name, count)
+			require.Zero(t, allocs, "%s of %d elements allocates per call", op.name, count)
+		}
+	}
+}
