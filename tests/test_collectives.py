@@ -7,6 +7,8 @@ the movement sweep. Tests read one case each from the cached results and
 check it against a numpy reference computed here from regenerated inputs.
 """
 
+import os
+import sys
 import zlib
 
 import numpy as np
@@ -15,7 +17,7 @@ import pytest
 from harness import (
     DTYPES, FLOAT_DTYPES, WORLD_SIZES, assert_equal_exact, assert_same_on_all_ranks,
     attempt, bits_of_values, case_results, check_dtype_shape, check_reduction,
-    fill_garbage, gen_tensor, gen_values, launch_cached, pack, reduce_op, skip_reason,
+    fill_garbage, gen_tensor, gen_values, launch, launch_cached, pack, reduce_op, skip_reason,
     CaseError,
 )
 
@@ -900,3 +902,44 @@ def test_collectives_under_gohccl_settings(backend, config):
     failures = _config_failures(res, CONFIG_WORLD)
     assert not failures, (f"{len(failures)} cases failed under {GOHCCL_CONFIGS[config]}:\n"
                           + "\n".join(failures[:25]))
+
+
+def _sysmon_nices(ctx):
+    """Each rank all-reduces, then reports its result and the nice value of
+    every one of its threads, its own (the one torch calls in on) apart."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    t = torch.arange(1000, dtype=torch.float32) * (ctx.rank + 1)
+    dist.all_reduce(t)
+    me = threading.get_native_id()
+    nices = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # the thread exited meanwhile
+        nices[int(tid)] = int(stat[stat.rindex(")") + 1:].split()[16])
+    return t.numpy(), nices.pop(me), sorted(nices.values())
+
+
+@pytest.mark.parametrize("nice", [None, "19"])
+def test_sysmon_nice(backend, nice):
+    """GOHCCL_SYSMON_NICE=19 lowers exactly one thread of each rank (the Go
+    runtime's sysmon, docs/mesh.md), never the caller's, and the collectives
+    stay right; unset, no thread of the process is touched."""
+    if backend != "gohccl":
+        pytest.skip("GOHCCL_SYSMON_NICE configures gohccl only")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("thread priorities are read from /proc")
+    env = {"GOHCCL_SYSMON_NICE": nice} if nice else {}
+    res = launch(_sysmon_nices, 2, backend, timeout=60, env=env)
+    want = np.arange(1000, dtype=np.float32) * 3
+    base = os.nice(0)
+    for rank, (got, mine, others) in enumerate(res):
+        np.testing.assert_array_equal(got, want, err_msg=f"rank {rank}")
+        assert mine == base, f"rank {rank}: the calling thread's nice changed to {mine}"
+        lowered = [n for n in others if n != base]
+        assert lowered == ([19] if nice else []), f"rank {rank}: threads' nice values {others}"
