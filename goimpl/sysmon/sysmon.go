@@ -26,46 +26,34 @@ import (
 	"time"
 )
 
-// Find returns the thread id of this process's sysmon, as this package's
-// init found it.
-func Find() (int, error) { return found.tid, found.err }
-
-var found struct {
-	tid int
-	err error
-}
-
-// init runs on the runtime's first thread, M0: package initialisation
-// happens there, locked, after runtime.main created sysmon as its first
-// act. sysmon is therefore the first thread created after this one, the
-// least thread id above it, unless thread ids wrapped around or another
-// thread of the process was created in between; so the candidate must
-// also be seen sleeping in the raw nanosleep system call, which only the
-// Go runtime issues (glibc's sleeps use clock_nanosleep) and sysmon issues
-// between every two ticks.
-func init() { found.tid, found.err = find() }
-
-func find() (int, error) {
+// Find returns the thread id of this process's sysmon: the least thread id
+// above the runtime's first thread's, confirmed by being seen sleeping in
+// the raw nanosleep system call, which only the Go runtime issues (glibc's
+// sleeps use clock_nanosleep) and sysmon issues between every two ticks.
+// The confirmation polls for up to 50 ms (on a loaded host sysmon may wait
+// that long for a core between sleeps); it needs a P running meanwhile,
+// which calling from Go ensures (sysmon sleeps on a futex instead only when
+// every P is idle).
+func Find() (int, error) {
 	if nanosleep < 0 {
 		return 0, errors.ErrUnsupported
 	}
-	me := gettid()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return 0, err
 	}
 	next := 0
 	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil && tid > me && (next == 0 || tid < next) {
+		if tid, err := strconv.Atoi(t.Name()); err == nil && tid > m0 && (next == 0 || tid < next) {
 			next = tid
 		}
 	}
 	if next == 0 {
-		return 0, fmt.Errorf("no thread created after the runtime's first (%d)", me)
+		return 0, fmt.Errorf("no thread created after the runtime's first (%d)", m0)
 	}
 	want := strconv.Itoa(nanosleep)
 	file := "/proc/self/task/" + strconv.Itoa(next) + "/syscall"
-	for end := time.Now().Add(5 * time.Millisecond); time.Now().Before(end); {
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return 0, err
@@ -77,25 +65,17 @@ func find() (int, error) {
 	return 0, fmt.Errorf("thread %d, the first created after the runtime's first, was never seen in nanosleep", next)
 }
 
+// m0 is the thread id of the runtime's first thread. Package initialisation
+// runs there, locked, after runtime.main created sysmon as its first act, so
+// sysmon is the first thread created after it: the least thread id above
+// m0 for the life of the process, unless thread ids wrapped around or
+// another thread of the process was created in between, which Find's
+// confirmation catches. Only the id is taken here, so that loading the
+// library costs nothing when sysmon is left alone.
+var m0 = gettid()
+
 // Lower sets thread tid's nice value to nice. Raising a nice value needs no
 // privilege; lowering it back does, so this is for the life of the process.
 func Lower(tid, nice int) error {
 	return setNice(tid, nice)
-}
-
-// Nice returns thread tid's nice value, read from /proc.
-func Nice(tid int) (int, error) {
-	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: count fields from
-	// after its closing parenthesis. nice is field 19 of stat, the 17th
-	// after the name.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 17 {
-		return 0, fmt.Errorf("short /proc stat for thread %d", tid)
-	}
-	return strconv.Atoi(f[16])
 }
