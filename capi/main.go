@@ -238,7 +238,7 @@ func gohccl_comm_create(ops *C.gohccl_store_ops, ctx unsafe.Pointer, rank, size 
 	master, _ := cEnv("MASTER_ADDR")
 	_, userProcs := cEnv("GOMAXPROCS")
 	c, err := comm.New(cStore{ops, ctx}, comm.Options{Rank: int(rank), Size: int(size), Timeout: timeout(timeoutMs),
-		Config: cfg, MasterAddr: master, CapProcs: !userProcs, FromC: true})
+		Config: cfg, MasterAddr: master, CapProcs: !userProcs})
 	if err != nil {
 		return finish(err, errBuf, errN)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/gohccl/gohccl/goimpl/config"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
-	"github.com/gohccl/gohccl/goimpl/sysmon"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/tcp"
 	"github.com/gohccl/gohccl/goimpl/tune"
@@ -158,9 +157,6 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	mesh := transport.NewMesh(rank, tl, matcher)
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
-	}
-	if opt.FromC && opt.Config.SysmonNice > 0 {
-		lowerSysmon.Do(func() { quietSysmon(opt.Config.SysmonNice, log) })
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
@@ -309,23 +305,6 @@ func capProcs(peers []peerInfo, host string, log *Logger) {
 		runtime.GOMAXPROCS(want)
 		log.Infof("GOMAXPROCS set to %d: %d ranks share this host's %d cores", want, local, runtime.NumCPU())
 	}
-}
-
-// lowerSysmon makes the first communicator of a process the one that lowers
-// sysmon.
-var lowerSysmon sync.Once
-
-// quietSysmon gives the runtime's sysmon thread nice value nice.
-func quietSysmon(nice int, log *Logger) {
-	tid, err := sysmon.Find()
-	if err == nil {
-		err = sysmon.Lower(tid, nice)
-	}
-	if err != nil {
-		log.Infof("left the runtime's sysmon thread at its priority: %v", err)
-		return
-	}
-	log.Infof("runtime's sysmon thread %d set to nice %d (GOHCCL_SYSMON_NICE)", tid, nice)
 }
 
 // hostIdentity names this host: two containers sharing a hostname differ in

@@ -56,10 +56,6 @@ type Options struct {
 	// on it (at least 2), so that several ranks' Go runtimes do not each
 	// spin up a thread per core. Set it unless the user set GOMAXPROCS.
 	CapProcs bool
-	// FromC says Go is entered from C (the C ABI): the first communicator
-	// of the process then lowers the runtime's sysmon thread to
-	// Config.SysmonNice (package sysmon says why).
-	FromC bool
 	// Hosts is the host identity of every rank, for FromMesh (New learns
 	// it in the bootstrap); nil puts every rank on one node.
 	Hosts []string

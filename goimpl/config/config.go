@@ -48,8 +48,6 @@ var Vars = []Var{
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
-	{"GOHCCL_SYSMON_NICE", "integer 0-19", "0",
-		"Nice value for the Go runtime's monitor thread (sysmon) in a process that calls gohccl through the C ABI, as torch does; 0 leaves it alone. Every call from C looks to sysmon like a goroutine that never yields, so it wakes thousands of times a second and each wake-up preempts a rank's thread: 19 made a 2-rank 4 KiB all_reduce through torch 15-25% faster here, at the risk of priority inversion with a busy host's threads (docs/mesh.md). For the life of the process."},
 }
 
 // Level is a log level.
@@ -78,9 +76,6 @@ type Config struct {
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
-	// SysmonNice is the nice value for the runtime's sysmon thread when Go
-	// is entered from C (GOHCCL_SYSMON_NICE); 0 leaves it alone.
-	SysmonNice int
 	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
 	// one node (GOHCCL_RANKS_PER_NODE).
 	RanksPerNode int
@@ -159,9 +154,6 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
-	if c.SysmonNice, err = strconv.Atoi(get("GOHCCL_SYSMON_NICE")); err != nil || c.SysmonNice < 0 || c.SysmonNice > 19 {
-		return c, fmt.Errorf("GOHCCL_SYSMON_NICE=%q: want an integer from 0 to 19", get("GOHCCL_SYSMON_NICE"))
-	}
 	return c, c.Validate()
 }
 

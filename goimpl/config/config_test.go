@@ -41,20 +41,12 @@ func TestMalformedValuesNamed(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), name)
 	}
-	for _, val := range []string{"-1", "20", "low"} {
-		_, err := Load(env(map[string]string{"GOHCCL_SYSMON_NICE": val}))
-		assert.ErrorContains(t, err, "GOHCCL_SYSMON_NICE", val)
-	}
 	_, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "1K"}))
 	assert.ErrorContains(t, err, "minimum")
 	c, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "16M", "GOHCCL_DEBUG": "info"}))
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), c.BuffSize)
 	assert.Equal(t, Info, c.Debug)
-	assert.Equal(t, 0, c.SysmonNice)
-	c, err = Load(env(map[string]string{"GOHCCL_SYSMON_NICE": "19"}))
-	require.NoError(t, err)
-	assert.Equal(t, 19, c.SysmonNice)
 }
 
 const (
