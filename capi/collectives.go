@@ -19,6 +19,7 @@ import (
 // translation every collective shares.
 func call(h C.gohccl_comm, errBuf *C.char, errN C.size_t, f func(c *comm.Comm) error) (st C.gohccl_status) {
 	defer guard(&st, errBuf, errN)
+	tickScheduler()
 	c, err := lookupComm(h)
 	if err == nil {
 		err = f(c)

@@ -101,14 +101,24 @@ var lockedCallers atomic.Bool
 // futex wake-ups, so WaitAtLeast never makes one.
 func SetLockedCallers(locked bool) { lockedCallers.Store(locked) }
 
-// sleepSlice bounds one futex sleep, so that a waiter notices its deadline
-// and its stop condition (a broken or aborted communicator) promptly.
-const sleepSlice = 10 * time.Millisecond
+// SleepSlice bounds one futex sleep of WaitAtLeast, so that a waiter
+// notices its stop condition (a broken or aborted communicator) promptly.
+const SleepSlice = 10 * time.Millisecond
 
 // WaitAtLeast waits until the count is at least v. It returns ErrDeadline
 // at deadline, or the first error stop returns (stop may be nil; it is
 // called between sleeps, not while spinning).
 func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) error {
+	return c.WaitAtLeastPolling(v, deadline, stop, SleepSlice)
+}
+
+// WaitAtLeastPolling is WaitAtLeast with each futex sleep, and so the gap
+// between calls to stop, at most poll. A goroutine that waits long for rare
+// events should poll seldom: every sleep is a system call that holds its P
+// until the runtime's sysmon takes it back, and each such retake puts
+// sysmon back to its fastest tick, from which it preempts the threads C
+// calls in on thousands of times a second (docs/mesh.md).
+func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() error, poll time.Duration) error {
 	if c.v.Load() >= v {
 		return nil
 	}
@@ -163,7 +173,7 @@ func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) e
 			c.waiters.Add(^uint32(0))
 			return nil
 		}
-		futexSleep(c.word(), uint32(seen), min(sleepSlice, deadline.Sub(now)))
+		futexSleep(c.word(), uint32(seen), min(poll, deadline.Sub(now)))
 		c.waiters.Add(^uint32(0))
 		if c.v.Load() >= v {
 			return nil

@@ -127,3 +127,22 @@ func TestCounterDeadlineAndStop(t *testing.T) {
 	require.ErrorIs(t, err, stopped)
 	require.Less(t, time.Since(t0), time.Second, "a stop is seen within a sleep slice")
 }
+
+func TestCounterPollSpacesStopCalls(t *testing.T) {
+	mem := make([]byte, CounterSize)
+	c := CounterAt(mem, 0)
+	SetPolicy(Policy{}) // straight to the futex
+	defer SetPolicy(DefaultPolicy)
+	const wait, poll = 300 * time.Millisecond, 60 * time.Millisecond
+	calls := 0
+	err := c.WaitAtLeastPolling(1, time.Now().Add(wait), func() error { calls++; return nil }, poll)
+	require.ErrorIs(t, err, ErrDeadline)
+	require.LessOrEqual(t, calls, int(wait/poll)+1, "stop is called once per sleep, and a sleep lasts the poll")
+	require.GreaterOrEqual(t, calls, 1)
+
+	// Woken, a long-polling waiter still sees its count at once.
+	go func() { time.Sleep(20 * time.Millisecond); c.Store(1) }()
+	t0 := time.Now()
+	require.NoError(t, c.WaitAtLeastPolling(1, time.Now().Add(10*time.Second), nil, time.Hour))
+	require.Less(t, time.Since(t0), 5*time.Second)
+}
