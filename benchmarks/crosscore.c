@@ -95,124 +95,117 @@ static int ring(size_t chunk, long iters, long slots) {
   return 0;
 }
 
-static int oneshot(size_t bytes, size_t chunk, long depth, long ahead, int iters) {
-  if (ahead >= depth || chunk % 4 != 0) {
-    fprintf(stderr, "oneshot: need AHEAD < DEPTH and CHUNK a multiple of 4\n");
-    return 2;
-  }
-  char* m = shared(4096 + 2 * (size_t)depth * chunk);
-  counter *ready = (counter*)m, *freed = ready + 2;
-  char* data = m + 4096;
-  pid_t child = fork();
-  int me = child == 0;
-  float* buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-  for (size_t i = 0; i < bytes / 4; i++) {
-    buf[i] = 1;
-  }
-  long chunks = (long)((bytes + chunk - 1) / chunk), base = 0;
-#define SLOT(r, k) (data + ((r) * depth + (k) % depth) * chunk)
-  double t0 = 0;
-  const int warm = 5;
-  for (int it = 0; it < iters + warm; it++) {
-    if (it == warm) {
-      t0 = now();
-    }
-    long posted = 0;
-    for (long i = 0; i < chunks; i++) {
-      for (; posted < chunks && posted <= i + ahead; posted++) {
-        long k = base + posted;
-        if (k >= depth) {
-          await(&freed[1 - me], k + 1 - depth);
-        }
-        size_t off = posted * chunk, n = off + chunk > bytes ? bytes - off : chunk;
-        memcpy(SLOT(me, k), (char*)buf + off, n);
-        publish(&ready[me], k + 1);
-      }
-      long k = base + i;
-      await(&ready[1 - me], k + 1);
-      size_t off = i * chunk, n = off + chunk > bytes ? bytes - off : chunk;
-      float* d = (float*)((char*)buf + off);
-      const float* p = (const float*)SLOT(1 - me, k);
-      for (size_t j = 0; j < n / 4; j++) {
-        d[j] += p[j];
-      }
-      publish(&freed[me], k + 1);
-    }
-    base += chunks;
-  }
-  double t = (now() - t0) / iters;
-  if (me) {
-    _exit(0);
-  }
-  waitpid(child, NULL, 0);
-  printf("oneshot %zu bytes chunk %zu depth %ld ahead %ld: %.1f us, %.2f GB/s\n", bytes,
-         chunk, depth, ahead, t * 1e6, bytes / t / 1e9);
-  return 0;
+// A two-process all-reduce schedule: me is 0 in the parent and 1 in the
+// child, ready[r] and freed[r] are rank r's counters, slots rank r's depth
+// chunk-sized buffers.
+typedef struct {
+  size_t bytes, chunk;
+  long depth, ahead, chunks;
+  int me;
+  counter *ready, *freed;
+  char* data;
+  float* buf;
+} pair_run;
+
+#define SLOT(r, k) (x->data + ((r) * x->depth + (k) % x->depth) * x->chunk)
+
+// extent is the byte length of chunk i.
+static size_t extent(const pair_run* x, long i) {
+  size_t off = i * x->chunk;
+  return off + x->chunk > x->bytes ? x->bytes - off : x->chunk;
 }
 
-static int pair(size_t bytes, size_t chunk, long depth, long ahead, int iters) {
+// post copies chunks up to i + ahead into this rank's slots, once each
+// slot's previous chunk was released by the peer.
+static void post(pair_run* x, long base, long i, long* posted) {
+  for (; *posted < x->chunks && *posted <= i + x->ahead; (*posted)++) {
+    long k = base + *posted;
+    if (k >= x->depth) {
+      await(&x->freed[1 - x->me], k + 1 - x->depth);
+    }
+    memcpy(SLOT(x->me, k), (char*)x->buf + *posted * x->chunk, extent(x, *posted));
+    publish(&x->ready[x->me], k + 1);
+  }
+}
+
+// oneshot_chunk: both ranks post ahead and add the peer's chunk i.
+static void oneshot_chunk(pair_run* x, long base, long i, long* posted) {
+  post(x, base, i, posted);
+  long k = base + i;
+  await(&x->ready[1 - x->me], k + 1);
+  float* d = (float*)((char*)x->buf + i * x->chunk);
+  const float* p = (const float*)SLOT(1 - x->me, k);
+  for (size_t j = 0; j < extent(x, i) / 4; j++) {
+    d[j] += p[j];
+  }
+  publish(&x->freed[x->me], k + 1);
+}
+
+// asym_chunk: rank 0 posts ahead and copies the sum out; rank 1 adds and
+// writes the sum to its buffer and its slot.
+static void asym_chunk(pair_run* x, long base, long i, long* posted) {
+  long k = base + i;
+  float* d = (float*)((char*)x->buf + i * x->chunk);
+  if (x->me == 0) {
+    post(x, base, i, posted);
+    await(&x->ready[1], k + 1);
+    memcpy(d, SLOT(1, k), extent(x, i));
+    publish(&x->freed[0], k + 1);
+    return;
+  }
+  await(&x->ready[0], k + 1);
+  if (k >= x->depth) {
+    await(&x->freed[0], k + 1 - x->depth);
+  }
+  const float* p = (const float*)SLOT(0, k);
+  float* o = (float*)SLOT(1, k);
+  for (size_t j = 0; j < extent(x, i) / 4; j++) {
+    float sum = p[j] + d[j];
+    d[j] = sum;
+    o[j] = sum;
+  }
+  publish(&x->freed[1], k + 1);
+  publish(&x->ready[1], k + 1);
+}
+
+static int two_ranks(const char* name, void (*step)(pair_run*, long, long, long*), size_t bytes,
+                     size_t chunk, long depth, long ahead, int iters) {
   if (ahead >= depth || chunk % 4 != 0) {
-    fprintf(stderr, "pair: need AHEAD < DEPTH and CHUNK a multiple of 4\n");
+    fprintf(stderr, "%s: need AHEAD < DEPTH and CHUNK a multiple of 4\n", name);
     return 2;
   }
+  pair_run run = {.bytes = bytes, .chunk = chunk, .depth = depth, .ahead = ahead,
+                  .chunks = (long)((bytes + chunk - 1) / chunk)};
+  pair_run* x = &run;
   char* m = shared(4096 + 2 * (size_t)depth * chunk);
-  counter *ready = (counter*)m, *freed = ready + 2;
-  char* data = m + 4096;
+  x->ready = (counter*)m;
+  x->freed = x->ready + 2;
+  x->data = m + 4096;
   pid_t child = fork();
-  int me = child == 0;
-  float* buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  x->me = child == 0;
+  x->buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
   for (size_t i = 0; i < bytes / 4; i++) {
-    buf[i] = 1;
+    x->buf[i] = 1;
   }
-  long chunks = (long)((bytes + chunk - 1) / chunk), base = 0;
   double t0 = 0;
   const int warm = 5;
+  long base = 0;
   for (int it = 0; it < iters + warm; it++) {
     if (it == warm) {
       t0 = now();
     }
     long posted = 0;
-    for (long i = 0; i < chunks; i++) {
-      long k = base + i;
-      size_t off = i * chunk, n = off + chunk > bytes ? bytes - off : chunk;
-      if (me == 0) {
-        for (; posted < chunks && posted <= i + ahead; posted++) {
-          long kp = base + posted;
-          size_t o = posted * chunk, np = o + chunk > bytes ? bytes - o : chunk;
-          if (kp >= depth) {
-            await(&freed[1], kp + 1 - depth);
-          }
-          memcpy(SLOT(0, kp), (char*)buf + o, np);
-          publish(&ready[0], kp + 1);
-        }
-        await(&ready[1], k + 1);
-        memcpy((char*)buf + off, SLOT(1, k), n);
-        publish(&freed[0], k + 1);
-        continue;
-      }
-      await(&ready[0], k + 1);
-      if (k >= depth) {
-        await(&freed[0], k + 1 - depth);
-      }
-      float* d = (float*)((char*)buf + off);
-      const float* p = (const float*)SLOT(0, k);
-      float* o = (float*)SLOT(1, k);
-      for (size_t j = 0; j < n / 4; j++) {
-        float sum = p[j] + d[j];
-        d[j] = sum;
-        o[j] = sum;
-      }
-      publish(&freed[1], k + 1);
-      publish(&ready[1], k + 1);
+    for (long i = 0; i < x->chunks; i++) {
+      step(x, base, i, &posted);
     }
-    base += chunks;
+    base += x->chunks;
   }
   double t = (now() - t0) / iters;
-  if (me) {
+  if (x->me) {
     _exit(0);
   }
   waitpid(child, NULL, 0);
-  printf("pair %zu bytes chunk %zu depth %ld ahead %ld: %.1f us, %.2f GB/s\n", bytes, chunk,
+  printf("%s %zu bytes chunk %zu depth %ld ahead %ld: %.1f us, %.2f GB/s\n", name, bytes, chunk,
          depth, ahead, t * 1e6, bytes / t / 1e9);
   return 0;
 }
@@ -222,11 +215,12 @@ int main(int argc, char** argv) {
     return ring(atol(argv[2]), atol(argv[3]), atol(argv[4]));
   }
   if (argc == 7 && strcmp(argv[1], "oneshot") == 0) {
-    return oneshot(atol(argv[2]), atol(argv[3]), atol(argv[4]), atol(argv[5]),
-                   atoi(argv[6]));
+    return two_ranks("oneshot", oneshot_chunk, atol(argv[2]), atol(argv[3]), atol(argv[4]),
+                     atol(argv[5]), atoi(argv[6]));
   }
   if (argc == 7 && strcmp(argv[1], "pair") == 0) {
-    return pair(atol(argv[2]), atol(argv[3]), atol(argv[4]), atol(argv[5]), atoi(argv[6]));
+    return two_ranks("pair", asym_chunk, atol(argv[2]), atol(argv[3]), atol(argv[4]),
+                     atol(argv[5]), atoi(argv[6]));
   }
   fprintf(stderr,
           "usage: crosscore ring CHUNK ITERS SLOTS\n"
