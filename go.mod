@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/klauspost/cpuid/v2 v2.4.2
 	github.com/stretchr/testify v1.12.1
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.41.0 // indirect
+	golang.org/x/sys v0.41.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

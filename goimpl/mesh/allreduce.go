@@ -10,7 +10,9 @@ import (
 // elements of c.DType, and every rank ends with the same bits.
 //
 // Up to oneShotLimit bytes it runs the one-shot schedule; above, the
-// two-phase one. With S the bytes per rank and n the local ranks, a rank
+// two-phase one. Two ranks whose processes may read each other's memory
+// run the single-copy schedule from singleCopyMin to singleCopyMax bytes
+// (singlecopy.go). With S the bytes per rank and n the local ranks, a rank
 // moves (docs/mesh.md derives these):
 //
 //	one-shot:  reads (n+1)S, writes 2S; 1 wait per chunk
@@ -21,6 +23,11 @@ func (e *Engine) AllReduce(c *Call, buf []byte) error {
 		return err
 	}
 	return e.run(c, schedAllReduceOneShot, len(buf) == 0, nil, func() error {
+		if e.n == 2 && len(buf) >= singleCopyMin && len(buf) <= singleCopyMax {
+			if ran, err := e.allReduceSingleCopy(buf); ran || err != nil {
+				return err
+			}
+		}
 		if len(buf) <= oneShotLimit(e.n) {
 			return e.allReduceOneShot(buf)
 		}

@@ -57,6 +57,13 @@ type Engine struct {
 	busy   atomic.Int32
 	broken error // the first error after an operation began; every later call returns it
 
+	// cma is what the ranks found of cross-memory attach (singlecopy.go);
+	// scratch holds the peer's bytes a single-copy all-reduce reads, and
+	// readPeer reads them (process_vm_readv; the tests refuse it).
+	cma      singleCopy
+	scratch  []byte
+	readPeer func(pid int, dst []byte, addr uintptr) error
+
 	// The operation in progress.
 	call     *Call
 	deadline time.Time
@@ -106,7 +113,7 @@ func Attach(region []byte, n, me, budget int) (*Engine, error) {
 	}
 	e := &Engine{region: region, lay: newLayout(n, budget), n: n, me: me,
 		ready: make([]*shm.Counter, n), free: make([]*shm.Counter, n),
-		seenFree: make([]uint64, n), checked: make([]bool, n)}
+		seenFree: make([]uint64, n), checked: make([]bool, n), readPeer: processVMRead}
 	for r := range n {
 		e.ready[r] = shm.CounterAt(region, e.lay.ctl(r, lineReady))
 		e.free[r] = shm.CounterAt(region, e.lay.ctl(r, lineFree))

@@ -50,6 +50,19 @@ var (
 	// 64 MiB.
 	oneShotPair = math.MaxInt
 
+	// singleCopyMin and singleCopyMax bound the all-reduces (bytes per
+	// rank) that two local ranks run with the single-copy schedule when
+	// cross-memory attach works between them. Measured through the C ABI
+	// on an Intel Xeon (2 MiB L2), alternating builds, against one-shot:
+	// 2 MiB 387-395 us against 354-360, 4 MiB 580-586 against 650-661,
+	// 8 MiB 1.05-1.13 ms against 1.27-1.33, 16 MiB 2.24-2.30 against
+	// 2.77, 32 MiB 5.4-6.1 against 5.3-5.5, 64 MiB 15.3-17.8 against
+	// 12.5-12.8: below, the system calls and the extra waits cost more
+	// than the third of the bytes it saves; above, the kernel's copy of
+	// pages that are out of cache loses to the engine's.
+	singleCopyMin = 4 << 20
+	singleCopyMax = 16 << 20
+
 	// oneShotMax is the same limit for three or more local ranks. There
 	// one-shot reads (n-1)S bytes across cores against two-phase's
 	// 2(n-1)/n S, and the extra (n-1)(n-2)/n S outweighs two-phase's

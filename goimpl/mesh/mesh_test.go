@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -295,16 +297,19 @@ func switchBytes(n int) int { return min(oneShotLimit(n), oneShotMax) }
 
 // withSchedules runs f, and for two ranks, where one-shot runs at every
 // size, again with the two-phase schedules above oneShotMax, so that they
-// are tested at n = 2 too.
+// are tested at n = 2 too, and again with the single-copy all-reduce at
+// every size.
 func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
 	t.Run("default", f)
 	if n != 2 {
 		return
 	}
-	pair, red := oneShotPair, reducePair
+	pair, red, single := oneShotPair, reducePair, singleCopyMin
+	defer func() { oneShotPair, reducePair, singleCopyMin = pair, red, single }()
 	oneShotPair, reducePair = oneShotMax, reduceMax
-	defer func() { oneShotPair, reducePair = pair, red }()
 	t.Run("two-phase", f)
+	oneShotPair, reducePair, singleCopyMin = pair, red, 1
+	t.Run("single-copy", f)
 }
 
 func TestCollectives(t *testing.T) {
@@ -479,4 +484,48 @@ func TestNoAllocs(t *testing.T) {
 			require.Zero(t, allocs, "op %d at %d bytes allocates", i, size)
 		}
 	}
+}
+
+// cmaWorks says whether this process may use process_vm_readv at all (a
+// seccomp policy may forbid it); reading its own memory needs no more.
+func cmaWorks() bool {
+	src, dst := []byte("probe"), make([]byte, 5)
+	return processVMRead(os.Getpid(), dst, uintptr(unsafe.Pointer(&src[0]))) == nil && string(dst) == "probe"
+}
+
+// TestSingleCopy runs the single-copy all-reduce at its real threshold,
+// uneven and odd sizes, and with one rank refused cross-memory attach: the
+// ranks then agree on one-shot, for that operation and every later one.
+func TestSingleCopy(t *testing.T) {
+	if !cmaWorks() {
+		t.Skip("process_vm_readv is not permitted here")
+	}
+	allreduce := collectives[0]
+	require.Equal(t, "allreduce", allreduce.name)
+	counts := []int{singleCopyMin / 4, singleCopyMin/4 + 3, 5*singleCopyMin/8 + 1}
+	t.Run("works", func(t *testing.T) {
+		es := engines(t, 2, 8<<20)
+		seq := uint64(1)
+		for _, count := range counts {
+			seq = runCollective(t, es, allreduce, reduce.Float32, reduce.Sum, count, seq, int(seq))
+			seq = runCollective(t, es, allreduce, reduce.Int32, reduce.Max, count, seq, int(seq))
+			seq = runCollective(t, es, allreduce, reduce.BFloat16, reduce.Product, count, seq, int(seq))
+		}
+		for r, e := range es {
+			require.Equal(t, singleCopyWorks, e.cma, "local rank %d", r)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		es := engines(t, 2, 8<<20)
+		refusals := 0
+		es[1].readPeer = func(int, []byte, uintptr) error { refusals++; return syscall.EPERM }
+		seq := uint64(1)
+		for _, count := range counts {
+			seq = runCollective(t, es, allreduce, reduce.Float32, reduce.Sum, count, seq, int(seq))
+		}
+		for r, e := range es {
+			require.Equal(t, singleCopyRefused, e.cma, "local rank %d", r)
+		}
+		require.Equal(t, 1, refusals, "the refused rank tries once")
+	})
 }

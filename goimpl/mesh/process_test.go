@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 		oneShotPair, _ = strconv.Atoi(v)
 		reducePair = oneShotPair
 	}
+	if v := os.Getenv("GOHCCL_MESH_TEST_SINGLECOPY"); v != "" {
+		singleCopyMin, _ = strconv.Atoi(v)
+	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
 			fmt.Fprintf(os.Stderr, "mesh test child (%s): %v\n", role, err)
@@ -302,9 +305,13 @@ func TestTwoProcesses(t *testing.T) {
 				if oneShotPair != math.MaxInt {
 					t.Setenv("GOHCCL_MESH_TEST_ONESHOT", strconv.Itoa(oneShotPair))
 				}
+				t.Setenv("GOHCCL_MESH_TEST_SINGLECOPY", strconv.Itoa(singleCopyMin))
 				p := startChild(t, "check", budget)
 				require.NoError(t, checkScript(p.e, 0))
 				require.NoError(t, p.wait(t))
+				if singleCopyMin == 1 && cmaWorks() {
+					require.Equal(t, singleCopyWorks, p.e.cma, "process_vm_readv between the test's processes")
+				}
 			})
 		})
 	}

@@ -43,11 +43,12 @@ const (
 	schedAllGather
 	schedAllGatherBlocks
 	schedBroadcast
+	schedAllReduceSingleCopy
 )
 
 var scheduleNames = [...]string{"invalid", "barrier", "one-shot all-reduce", "two-phase all-reduce",
 	"one-shot reduce", "two-phase reduce", "reduce-scatter", "reduce-scatter blocks",
-	"allgather", "allgather blocks", "broadcast"}
+	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce"}
 
 func (s schedule) String() string {
 	if int(s) < len(scheduleNames) {

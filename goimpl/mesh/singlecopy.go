@@ -1,0 +1,196 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/gohccl/gohccl/goimpl/algo/pattern"
+	"github.com/gohccl/gohccl/goimpl/transport"
+)
+
+// The single-copy all-reduce of two local ranks, for large messages. Each
+// rank reads the peer's half of the message straight out of the peer's
+// buffer with process_vm_readv (cross-memory attach, "CMA": the kernel
+// copies between the two address spaces), reduces its own half in place,
+// and then reads the peer's reduced half into its buffer the same way. A
+// rank moves (n = 2, S bytes):
+//
+//	single copy: reads 2S, writes 1.5S; three waits per operation
+//	one-shot:    reads 3S, writes 2S;   one wait per 64 KiB chunk
+//
+// The kernel's copy runs at about memcpy's rate while the data is in cache,
+// so the saving is a third of the bytes; below singleCopyMin the system
+// calls and the two extra waits cost more than that, and above
+// singleCopyMax the kernel's copy of pages out of cache is the slower one.
+//
+// Cross-memory attach needs the permission to ptrace the peer (same user,
+// and no Yama or seccomp policy against it), which is not known until it is
+// tried. The first operation of an engine that qualifies therefore tries it
+// on both ranks and exchanges the verdicts; both ranks then go on with the
+// same schedule for the rest of the engine's life: single copy when both
+// could read, one-shot otherwise.
+
+// singleCopy is what an engine knows of cross-memory attach to its peer.
+type singleCopy uint8
+
+const (
+	singleCopyUntried singleCopy = iota
+	singleCopyWorks
+	singleCopyRefused
+)
+
+// singleCopyScratch is the bytes of the peer's half read before they are
+// reduced: small enough to stay in L2 between the read and the reduction.
+const singleCopyScratch = 256 << 10
+
+// singleCopyRecord is what a rank posts in its buffer for a single-copy
+// operation: its pid, the address and length of its message, and (in the
+// first operation) whether it could read the peer's.
+const (
+	scPid   = 0
+	scAddr  = 8
+	scLen   = 16
+	scWorks = 24
+)
+
+// allReduceSingleCopy runs the single-copy schedule on buf, or reports
+// false, having moved none of it, when this engine's ranks cannot use
+// cross-memory attach (the caller then runs one-shot).
+func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
+	if e.cma == singleCopyUntried {
+		if err := e.trySingleCopy(buf); err != nil {
+			return true, err
+		}
+	}
+	if e.cma == singleCopyRefused {
+		return false, nil
+	}
+	peer := 1 - e.me
+	es := e.call.DType.Size()
+	mlo, mhi := blockBytes(len(buf)/es, es, e.me)
+	plo, phi := blockBytes(len(buf)/es, es, peer)
+	e.chunks = 1
+	k, b := e.step(0)
+	pid, addr, err := e.exchangeAddress(k, b, buf)
+	if err != nil {
+		return true, err
+	}
+	// This rank's half: read the peer's piece by piece, reduce in place.
+	scratch := e.scratchBuf()
+	for off := mlo; off < mhi; off += len(scratch) {
+		own := buf[off:min(off+len(scratch), mhi)]
+		theirs := scratch[:len(own)]
+		if err := e.readFrom(peer, pid, theirs, addr+uintptr(off)); err != nil {
+			return true, err
+		}
+		if e.me == 0 {
+			e.call.Kernel3(own, own, theirs)
+		} else {
+			e.call.Kernel3(own, theirs, own)
+		}
+	}
+	e.ready[e.me].Store(2*k + 2)
+	// The peer's half, reduced, straight into buf.
+	if err := e.await(peer, 2*k+2, b, false, false); err != nil {
+		return true, err
+	}
+	if err := e.readFrom(peer, pid, buf[plo:phi], addr+uintptr(plo)); err != nil {
+		return true, err
+	}
+	// buf may change once this returns: wait until the peer has read it.
+	e.release(k)
+	if err := e.wait(e.free, peer, k+1, "the peer's read of this rank's buffer", false); err != nil {
+		return true, err
+	}
+	e.seenFree[peer] = k + 1
+	e.k++
+	return true, nil
+}
+
+// trySingleCopy settles e.cma on both ranks, in two chunks: the ranks
+// exchange their messages' addresses, each tries to read a few bytes of the
+// peer's, and they exchange the verdicts.
+func (e *Engine) trySingleCopy(buf []byte) error {
+	peer := 1 - e.me
+	e.chunks = 2
+	k, b := e.step(0)
+	pid, addr, err := e.exchangeAddress(k, b, buf)
+	if err != nil {
+		return err
+	}
+	probe := e.scratchBuf()[:min(64, len(buf))]
+	works := e.readPeer(pid, probe, addr) == nil
+	k1, b1 := e.step(1)
+	if err := e.claim(k1); err != nil {
+		return err
+	}
+	e.open(schedAllReduceSingleCopy, k1)
+	e.slot(e.me, b1)[scWorks] = 0
+	if works {
+		e.slot(e.me, b1)[scWorks] = 1
+	}
+	e.post(b1, 2*k1+1)
+	if err := e.await(peer, 2*k1+1, b1, true, false); err != nil {
+		return err
+	}
+	e.cma = singleCopyRefused
+	if works && e.slot(peer, b1)[scWorks] == 1 {
+		e.cma = singleCopyWorks
+	}
+	e.release(k)
+	e.release(k1)
+	e.k += 2
+	return nil
+}
+
+// exchangeAddress posts, for chunk k in buffer b, this process's id and
+// buf's address and length, and returns the peer's once it has posted
+// theirs. Lengths that differ are a mismatch.
+func (e *Engine) exchangeAddress(k uint64, b int, buf []byte) (pid int, addr uintptr, err error) {
+	peer := 1 - e.me
+	if err := e.claim(k); err != nil {
+		return 0, 0, err
+	}
+	e.open(schedAllReduceSingleCopy, k)
+	rec := e.slot(e.me, b)
+	binary.LittleEndian.PutUint64(rec[scPid:], uint64(os.Getpid()))
+	binary.LittleEndian.PutUint64(rec[scAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	binary.LittleEndian.PutUint64(rec[scLen:], uint64(len(buf)))
+	e.post(b, 2*k+1)
+	if err := e.await(peer, 2*k+1, b, true, false); err != nil {
+		return 0, 0, err
+	}
+	prec := e.slot(peer, b)
+	if n := binary.LittleEndian.Uint64(prec[scLen:]); n != uint64(len(buf)) {
+		return 0, 0, fmt.Errorf("%w: %s: %s all-reduces %d bytes, this rank %d",
+			transport.ErrMismatch, describeOp(&e.call.Stamp), e.who(peer), n, len(buf))
+	}
+	return int(binary.LittleEndian.Uint64(prec[scPid:])), uintptr(binary.LittleEndian.Uint64(prec[scAddr:])), nil
+}
+
+// readFrom fills dst from the peer's memory at addr.
+func (e *Engine) readFrom(peer, pid int, dst []byte, addr uintptr) error {
+	if err := e.readPeer(pid, dst, addr); err != nil {
+		return fmt.Errorf("%s: reading %d bytes of %s's buffer (process %d): %w",
+			describeOp(&e.call.Stamp), len(dst), e.who(peer), pid, err)
+	}
+	return nil
+}
+
+// scratchBuf returns the engine's buffer for the peer's bytes, allocated at
+// its first single-copy operation.
+func (e *Engine) scratchBuf() []byte {
+	if e.scratch == nil {
+		e.scratch = make([]byte, singleCopyScratch)
+	}
+	return e.scratch
+}
+
+// blockBytes returns the byte range of rank r's half of count es-byte
+// elements.
+func blockBytes(count, es, r int) (lo, hi int) {
+	off, l := pattern.Blocks(count, 2, r)
+	return off * es, (off + l) * es
+}
