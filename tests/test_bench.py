@@ -299,9 +299,12 @@ def test_cli_small_sweep_json_and_csv(backend, workdir):
         for size in sizes:
             for label in labels:
                 assert (collective, size, label) in seen
+    first = (rows[0]["collective"], rows[0]["size"])
     for r in rows:
         what = f"{r['collective']} {r['size']} {r['label']}"
-        assert r["nranks"] == 2 and r["iters"] == 3 and r["warmup"] == 1
+        # The run's first row warms up longer (bench.warmup_rounds).
+        want_warmup = bench.FIRST_WARMUP_ROUNDS if (r["collective"], r["size"]) == first else 1
+        assert r["nranks"] == 2 and r["iters"] == 3 and r["warmup"] == want_warmup, what
         assert r["dtype"] == "float32" and r["type"] == "float"
         assert r["redop"] == ("sum" if r["collective"] in bench.REDUCING else "none")
         assert r["root"] == (0 if r["collective"] in bench.ROOTED else -1)
@@ -479,3 +482,14 @@ def test_mpi_under_mpirun(backend, workdir):
     mpi_rows = [r for r in doc["results"] if r["label"] == "mpi"]
     assert {r["collective"] for r in mpi_rows} == set(bench.COLLECTIVES)
     assert all(r["wrong"] == 0 for r in doc["results"])
+
+
+def test_warmup_rounds():
+    """-w holds for every row but the run's first, which warms up for at
+    least FIRST_WARMUP_BYTES per call, up to FIRST_WARMUP_ROUNDS rounds."""
+    opts = bench.parse_args(["-w", "5"])
+    assert bench.warmup_rounds(opts, 4096, first=False) == 5
+    assert bench.warmup_rounds(opts, 4096, first=True) == bench.FIRST_WARMUP_ROUNDS
+    assert bench.warmup_rounds(opts, 64 << 10, first=True) == 16
+    assert bench.warmup_rounds(opts, 1 << 20, first=True) == 5
+    assert bench.warmup_rounds(opts, 64 << 20, first=True) == 5

@@ -1047,11 +1047,33 @@ def _table_line(rows: list[Row], labels: list[Label], has_gloo: bool) -> str:
     return text
 
 
+# FIRST_WARMUP_BYTES sizes the warmup of a run's first row: at least as
+# many rounds as move this many bytes per call, up to FIRST_WARMUP_ROUNDS.
+# A process that has just initialised is not yet in its steady state: for
+# gohccl the Go runtime's monitor thread wakes every 20 us for some
+# milliseconds after the long waits of init (docs/mesh.md, "The Go
+# runtime's monitor thread"), and a few warmup rounds of a 4 KiB all-reduce
+# (tens of microseconds) end inside that. The count depends only on the
+# size, so every rank runs the same rounds.
+FIRST_WARMUP_BYTES = 1 << 20
+FIRST_WARMUP_ROUNDS = 100
+
+
+def warmup_rounds(opts: Options, size_bytes: int, first: bool) -> int:
+    """warmup_rounds is -w, raised for the run's first row (see
+    FIRST_WARMUP_BYTES)."""
+    if not first:
+        return opts.warmup
+    return max(opts.warmup, min(FIRST_WARMUP_ROUNDS, FIRST_WARMUP_BYTES // max(size_bytes, 1)))
+
+
 def measure_row(world: World, labels: list[Label], opts: Options, collective: str,
-                dtype: str, op: str | None, lay: Layout, progress: Progress) -> list[Row]:
+                dtype: str, op: str | None, lay: Layout, progress: Progress,
+                first: bool = False) -> list[Row]:
     """measure_row is one row of the table: check (with --check), then time
     every label on the same buffers, and reduce each label's samples to the
-    reported statistics, one Row per label."""
+    reported statistics, one Row per label. first marks the run's first row,
+    which warms up longer (warmup_rounds)."""
     n = world.size
     root = opts.root if collective in ROOTED else -1
     buf = _make_buffers(collective, lay, dtype)
@@ -1066,8 +1088,9 @@ def measure_row(world: World, labels: list[Label], opts: Options, collective: st
                                         world.rank, n)
         world.barrier()
     _fill_for_timing(buf, op)
+    warmup = warmup_rounds(opts, lay.size_bytes, first)
     samples = run_case(world, labels, active, collective, buf, op, max(root, 0),
-                       opts.iters, opts.warmup, opts.block, progress)
+                       opts.iters, warmup, opts.block, progress)
     for label in labels:
         if isinstance(label, MPILabel):
             label.forget()
@@ -1094,7 +1117,7 @@ def measure_row(world: World, labels: list[Label], opts: Options, collective: st
             time_us_min=mn * 1e6 if ran else None,
             algbw=algbw, busbw=busbw,
             wrong=wrong[k] if wrong is not None and ran else None,
-            speedup_vs_gloo=None, iters=opts.iters, warmup=opts.warmup, block=opts.block, nranks=n,
+            speedup_vs_gloo=None, iters=opts.iters, warmup=warmup, block=opts.block, nranks=n,
             skipped=reasons[k]))
     gloo = next((r for r in rows if r.backend == "gloo" and r.time_us), None)
     if gloo is not None:
@@ -1138,7 +1161,7 @@ def run_sweep(world: World, labels: list[Label], opts: Options, progress: Progre
                         progress.case(" ".join(x for x in (
                             collective, dtype, op, human_bytes(lay.size_bytes)) if x))
                         row = measure_row(world, labels, opts, collective, dtype, op, lay,
-                                          progress)
+                                          progress, first=not rows)
                         emit(_table_line(row, labels, has_gloo))
                         rows.extend(row)
                     progress.advance()
