@@ -63,6 +63,16 @@ var (
 	singleCopyMin = 4 << 20
 	singleCopyMax = 16 << 20
 
+	// gatherSingleCopyMin and gatherSingleCopyMax are the same bounds for
+	// AllGather (bytes of each rank's input), where single copy reads half
+	// the bytes of the copy through the region. Same machine, against the
+	// region: 64 KiB 6.6-7.6 us against 9.5-19.6, 256 KiB 19-20 against
+	// 35-36, 1 MiB 154-160 against 188-189, 4 MiB 756 against 1006-1073,
+	// 16 MiB 3.3-3.6 ms against 4.5-4.7, 64 MiB 24-25 against 19.6; 4-16
+	// KiB the same either way.
+	gatherSingleCopyMin = 64 << 10
+	gatherSingleCopyMax = 16 << 20
+
 	// oneShotMax is the same limit for three or more local ranks. There
 	// one-shot reads (n-1)S bytes across cores against two-phase's
 	// 2(n-1)/n S, and the extra (n-1)(n-2)/n S outweighs two-phase's

@@ -304,11 +304,13 @@ func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
 	if n != 2 {
 		return
 	}
-	pair, red, single := oneShotPair, reducePair, singleCopyMin
-	defer func() { oneShotPair, reducePair, singleCopyMin = pair, red, single }()
+	pair, red, single, gather := oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin
+	defer func() {
+		oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin = pair, red, single, gather
+	}()
 	oneShotPair, reducePair = oneShotMax, reduceMax
 	t.Run("two-phase", f)
-	oneShotPair, reducePair, singleCopyMin = pair, red, 1
+	oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin = pair, red, 1, 1
 	t.Run("single-copy", f)
 }
 
@@ -510,6 +512,12 @@ func TestSingleCopy(t *testing.T) {
 			seq = runCollective(t, es, allreduce, reduce.Float32, reduce.Sum, count, seq, int(seq))
 			seq = runCollective(t, es, allreduce, reduce.Int32, reduce.Max, count, seq, int(seq))
 			seq = runCollective(t, es, allreduce, reduce.BFloat16, reduce.Product, count, seq, int(seq))
+		}
+		for _, gather := range collectives[5:7] {
+			require.Contains(t, gather.name, "allgather")
+			for _, count := range []int{gatherSingleCopyMin / 4, gatherSingleCopyMin/4 + 7, gatherSingleCopyMax / 4} {
+				seq = runCollective(t, es, gather, reduce.Float32, reduce.Sum, count, seq, int(seq))
+			}
 		}
 		for r, e := range es {
 			require.Equal(t, singleCopyWorks, e.cma, "local rank %d", r)

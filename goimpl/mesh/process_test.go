@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv("GOHCCL_MESH_TEST_SINGLECOPY"); v != "" {
 		singleCopyMin, _ = strconv.Atoi(v)
 	}
+	if v := os.Getenv("GOHCCL_MESH_TEST_GATHERCOPY"); v != "" {
+		gatherSingleCopyMin, _ = strconv.Atoi(v)
+	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
 			fmt.Fprintf(os.Stderr, "mesh test child (%s): %v\n", role, err)
@@ -306,6 +309,7 @@ func TestTwoProcesses(t *testing.T) {
 					t.Setenv("GOHCCL_MESH_TEST_ONESHOT", strconv.Itoa(oneShotPair))
 				}
 				t.Setenv("GOHCCL_MESH_TEST_SINGLECOPY", strconv.Itoa(singleCopyMin))
+				t.Setenv("GOHCCL_MESH_TEST_GATHERCOPY", strconv.Itoa(gatherSingleCopyMin))
 				p := startChild(t, "check", budget)
 				require.NoError(t, checkScript(p.e, 0))
 				require.NoError(t, p.wait(t))

@@ -59,13 +59,8 @@ const (
 // false, having moved none of it, when this engine's ranks cannot use
 // cross-memory attach (the caller then runs one-shot).
 func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
-	if e.cma == singleCopyUntried {
-		if err := e.trySingleCopy(buf); err != nil {
-			return true, err
-		}
-	}
-	if e.cma == singleCopyRefused {
-		return false, nil
+	if ok, err := e.singleCopyAllowed(schedAllReduceSingleCopy, buf); !ok || err != nil {
+		return err != nil, err
 	}
 	peer := 1 - e.me
 	es := e.call.DType.Size()
@@ -73,7 +68,7 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 	plo, phi := blockBytes(len(buf)/es, es, peer)
 	e.chunks = 1
 	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(k, b, buf)
+	pid, addr, err := e.exchangeAddress(schedAllReduceSingleCopy, k, b, buf)
 	if err != nil {
 		return true, err
 	}
@@ -99,24 +94,66 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 	if err := e.readFrom(peer, pid, buf[plo:phi], addr+uintptr(plo)); err != nil {
 		return true, err
 	}
-	// buf may change once this returns: wait until the peer has read it.
+	return true, e.finishSingleCopy(k)
+}
+
+// allGatherSingleCopy is the allgather of two ranks over cross-memory
+// attach: each rank reads the peer's in straight into its block of out.
+// Per rank: reads S/2 (across), writes S/2, plus its own block's copy when
+// in is not already there. Reports false, as allReduceSingleCopy.
+func (e *Engine) allGatherSingleCopy(in, out []byte) (ran bool, err error) {
+	if ok, err := e.singleCopyAllowed(schedAllGatherSingleCopy, in); !ok || err != nil {
+		return err != nil, err
+	}
+	peer, l := 1-e.me, len(in)
+	e.chunks = 1
+	k, b := e.step(0)
+	pid, addr, err := e.exchangeAddress(schedAllGatherSingleCopy, k, b, in)
+	if err != nil {
+		return true, err
+	}
+	if own := out[e.me*l : (e.me+1)*l]; &own[0] != &in[0] {
+		copy(own, in)
+	}
+	if err := e.readFrom(peer, pid, out[peer*l:(peer+1)*l], addr); err != nil {
+		return true, err
+	}
+	return true, e.finishSingleCopy(k)
+}
+
+// singleCopyAllowed settles, at the engine's first single-copy operation,
+// whether the ranks can use cross-memory attach, and says whether they can.
+func (e *Engine) singleCopyAllowed(s schedule, buf []byte) (bool, error) {
+	if e.cma == singleCopyUntried {
+		if err := e.trySingleCopy(s, buf); err != nil {
+			return false, err
+		}
+	}
+	return e.cma == singleCopyWorks, nil
+}
+
+// finishSingleCopy releases chunk k and waits for the peer's release: the
+// peer reads this rank's buffer until then, and the buffer may change once
+// the operation returns.
+func (e *Engine) finishSingleCopy(k uint64) error {
+	peer := 1 - e.me
 	e.release(k)
 	if err := e.wait(e.free, peer, k+1, "the peer's read of this rank's buffer", false); err != nil {
-		return true, err
+		return err
 	}
 	e.seenFree[peer] = k + 1
 	e.k++
-	return true, nil
+	return nil
 }
 
 // trySingleCopy settles e.cma on both ranks, in two chunks: the ranks
 // exchange their messages' addresses, each tries to read a few bytes of the
 // peer's, and they exchange the verdicts.
-func (e *Engine) trySingleCopy(buf []byte) error {
+func (e *Engine) trySingleCopy(s schedule, buf []byte) error {
 	peer := 1 - e.me
 	e.chunks = 2
 	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(k, b, buf)
+	pid, addr, err := e.exchangeAddress(s, k, b, buf)
 	if err != nil {
 		return err
 	}
@@ -126,7 +163,7 @@ func (e *Engine) trySingleCopy(buf []byte) error {
 	if err := e.claim(k1); err != nil {
 		return err
 	}
-	e.open(schedAllReduceSingleCopy, k1)
+	e.open(s, k1)
 	e.slot(e.me, b1)[scWorks] = 0
 	if works {
 		e.slot(e.me, b1)[scWorks] = 1
@@ -145,15 +182,15 @@ func (e *Engine) trySingleCopy(buf []byte) error {
 	return nil
 }
 
-// exchangeAddress posts, for chunk k in buffer b, this process's id and
+// exchangeAddress posts, for chunk k of schedule s in buffer b, this process's id and
 // buf's address and length, and returns the peer's once it has posted
 // theirs. Lengths that differ are a mismatch.
-func (e *Engine) exchangeAddress(k uint64, b int, buf []byte) (pid int, addr uintptr, err error) {
+func (e *Engine) exchangeAddress(s schedule, k uint64, b int, buf []byte) (pid int, addr uintptr, err error) {
 	peer := 1 - e.me
 	if err := e.claim(k); err != nil {
 		return 0, 0, err
 	}
-	e.open(schedAllReduceSingleCopy, k)
+	e.open(s, k)
 	rec := e.slot(e.me, b)
 	binary.LittleEndian.PutUint64(rec[scPid:], uint64(os.Getpid()))
 	binary.LittleEndian.PutUint64(rec[scAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
@@ -164,7 +201,7 @@ func (e *Engine) exchangeAddress(k uint64, b int, buf []byte) (pid int, addr uin
 	}
 	prec := e.slot(peer, b)
 	if n := binary.LittleEndian.Uint64(prec[scLen:]); n != uint64(len(buf)) {
-		return 0, 0, fmt.Errorf("%w: %s: %s all-reduces %d bytes, this rank %d",
+		return 0, 0, fmt.Errorf("%w: %s: %s's message is %d bytes, this rank's %d",
 			transport.ErrMismatch, describeOp(&e.call.Stamp), e.who(peer), n, len(buf))
 	}
 	return int(binary.LittleEndian.Uint64(prec[scPid:])), uintptr(binary.LittleEndian.Uint64(prec[scAddr:])), nil

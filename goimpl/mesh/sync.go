@@ -44,11 +44,12 @@ const (
 	schedAllGatherBlocks
 	schedBroadcast
 	schedAllReduceSingleCopy
+	schedAllGatherSingleCopy
 )
 
 var scheduleNames = [...]string{"invalid", "barrier", "one-shot all-reduce", "two-phase all-reduce",
 	"one-shot reduce", "two-phase reduce", "reduce-scatter", "reduce-scatter blocks",
-	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce"}
+	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce", "single-copy allgather"}
 
 func (s schedule) String() string {
 	if int(s) < len(scheduleNames) {
