@@ -3,8 +3,12 @@
 #   1. the C ABI alone (build/capi_vs_mpi: MPI_Allreduce and gohccl_allreduce
 #      on the same memory, interleaved, in one mpirun job);
 #   2. through torch: python -m gohccl.bench under mpirun, where every process
-#      times MPI (mpi4py, on the tensor's memory) and dist.all_reduce on gohccl
-#      and Gloo, interleaved.
+#      times MPI (mpi4py, on the tensor's memory) and dist.all_reduce on gohccl,
+#      interleaved. Gloo is left out of this job: a Gloo block keeps a rank out
+#      of gohccl's Go runtime for more than 10 ms at the larger sizes, after
+#      which gohccl's next calls pay the runtime's wake-ups (docs/mesh.md, "The
+#      Go runtime's monitor thread"); benchmarks/gloo.sh times Gloo. Pass
+#      --backends gohccl,gloo,mpi to see all three in one job.
 # Usage: benchmarks/mpi.sh setup            (once), then
 #        benchmarks/mpi.sh [-np N] [extra gohccl.bench args...]
 # "setup" installs Open MPI (Debian's openmpi-bin, libopenmpi-dev) and mpi4py
@@ -36,5 +40,5 @@ for op in allreduce allgather reduce_scatter broadcast; do
 	"${mpirun[@]}" build/capi_vs_mpi -o "$op" -b 4096 -e 67108864 -f 4 -n 50 -r 5
 done
 echo "## torch, all_reduce, $np ranks"
-"${mpirun[@]}" .venv/bin/python -m gohccl.bench --backends gohccl,gloo,mpi \
+"${mpirun[@]}" .venv/bin/python -m gohccl.bench --backends gohccl,mpi \
 	-c all_reduce -b 4K -e 64M -f 4 -n 20 -w 2 --block 5 --no-progress "$@"
