@@ -15,7 +15,14 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
-	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error { return e.broadcast(buf, root) })
+	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error {
+		if e.n == 2 && len(buf) >= bcastSingleCopyMin && len(buf) <= bcastSingleCopyMax {
+			if ran, err := e.broadcastSingleCopy(buf, root); ran || err != nil {
+				return err
+			}
+		}
+		return e.broadcast(buf, root)
+	})
 }
 
 // broadcast runs the chunks of Broadcast. A chunk is n buffers' worth

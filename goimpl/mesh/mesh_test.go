@@ -304,13 +304,13 @@ func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
 	if n != 2 {
 		return
 	}
-	pair, red, single, gather := oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin
+	pair, red, single, gather, bcast := oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin
 	defer func() {
-		oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin = pair, red, single, gather
+		oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin = pair, red, single, gather, bcast
 	}()
 	oneShotPair, reducePair = oneShotMax, reduceMax
 	t.Run("two-phase", f)
-	oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin = pair, red, 1, 1
+	oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin = pair, red, 1, 1, 1
 	t.Run("single-copy", f)
 }
 
@@ -518,6 +518,11 @@ func TestSingleCopy(t *testing.T) {
 			for _, count := range []int{gatherSingleCopyMin / 4, gatherSingleCopyMin/4 + 7, gatherSingleCopyMax / 4} {
 				seq = runCollective(t, es, gather, reduce.Float32, reduce.Sum, count, seq, int(seq))
 			}
+		}
+		broadcast := collectives[len(collectives)-1]
+		require.Equal(t, "broadcast", broadcast.name)
+		for _, count := range []int{bcastSingleCopyMin / 4, bcastSingleCopyMin/4 + 5, bcastSingleCopyMax / 4} {
+			seq = runCollective(t, es, broadcast, reduce.Float32, reduce.Sum, count, seq, int(seq))
 		}
 		for r, e := range es {
 			require.Equal(t, singleCopyWorks, e.cma, "local rank %d", r)

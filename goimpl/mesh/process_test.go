@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv("GOHCCL_MESH_TEST_GATHERCOPY"); v != "" {
 		gatherSingleCopyMin, _ = strconv.Atoi(v)
 	}
+	if v := os.Getenv("GOHCCL_MESH_TEST_BCASTCOPY"); v != "" {
+		bcastSingleCopyMin, _ = strconv.Atoi(v)
+	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
 			fmt.Fprintf(os.Stderr, "mesh test child (%s): %v\n", role, err)
@@ -310,6 +313,7 @@ func TestTwoProcesses(t *testing.T) {
 				}
 				t.Setenv("GOHCCL_MESH_TEST_SINGLECOPY", strconv.Itoa(singleCopyMin))
 				t.Setenv("GOHCCL_MESH_TEST_GATHERCOPY", strconv.Itoa(gatherSingleCopyMin))
+				t.Setenv("GOHCCL_MESH_TEST_BCASTCOPY", strconv.Itoa(bcastSingleCopyMin))
 				p := startChild(t, "check", budget)
 				require.NoError(t, checkScript(p.e, 0))
 				require.NoError(t, p.wait(t))

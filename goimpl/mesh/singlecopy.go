@@ -121,6 +121,28 @@ func (e *Engine) allGatherSingleCopy(in, out []byte) (ran bool, err error) {
 	return true, e.finishSingleCopy(k)
 }
 
+// broadcastSingleCopy is the broadcast of two ranks over cross-memory
+// attach: the other rank reads root's buf straight into its own. Per rank:
+// the reader reads and writes S (across), the root nothing. Reports false,
+// as allReduceSingleCopy.
+func (e *Engine) broadcastSingleCopy(buf []byte, root int) (ran bool, err error) {
+	if ok, err := e.singleCopyAllowed(schedBroadcastSingleCopy, buf); !ok || err != nil {
+		return err != nil, err
+	}
+	e.chunks = 1
+	k, b := e.step(0)
+	pid, addr, err := e.exchangeAddress(schedBroadcastSingleCopy, k, b, buf)
+	if err != nil {
+		return true, err
+	}
+	if e.me != root {
+		if err := e.readFrom(root, pid, buf, addr); err != nil {
+			return true, err
+		}
+	}
+	return true, e.finishSingleCopy(k)
+}
+
 // singleCopyAllowed settles, at the engine's first single-copy operation,
 // whether the ranks can use cross-memory attach, and says whether they can.
 func (e *Engine) singleCopyAllowed(s schedule, buf []byte) (bool, error) {

@@ -45,11 +45,12 @@ const (
 	schedBroadcast
 	schedAllReduceSingleCopy
 	schedAllGatherSingleCopy
+	schedBroadcastSingleCopy
 )
 
 var scheduleNames = [...]string{"invalid", "barrier", "one-shot all-reduce", "two-phase all-reduce",
 	"one-shot reduce", "two-phase reduce", "reduce-scatter", "reduce-scatter blocks",
-	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce", "single-copy allgather"}
+	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce", "single-copy allgather", "single-copy broadcast"}
 
 func (s schedule) String() string {
 	if int(s) < len(scheduleNames) {
