@@ -31,26 +31,22 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if v := os.Getenv("GOHCCL_MESH_TEST_STREAM"); v != "" {
-		streamMin, _ = strconv.Atoi(v)
-	}
-	if v := os.Getenv("GOHCCL_MESH_TEST_CHUNK"); v != "" {
-		maxChunk, _ = strconv.Atoi(v)
-	}
 	// Measurement hooks: the same values reach the child through the
 	// environment.
-	if v := os.Getenv("GOHCCL_MESH_TEST_ONESHOT"); v != "" {
-		oneShotPair, _ = strconv.Atoi(v)
+	for name, v := range map[string]*int{
+		"GOHCCL_MESH_TEST_STREAM":     &streamMin,
+		"GOHCCL_MESH_TEST_CHUNK":      &maxChunk,
+		"GOHCCL_MESH_TEST_ONESHOT":    &oneShotPair,
+		"GOHCCL_MESH_TEST_SINGLECOPY": &singleCopyMin,
+		"GOHCCL_MESH_TEST_GATHERCOPY": &gatherSingleCopyMin,
+		"GOHCCL_MESH_TEST_BCASTCOPY":  &bcastSingleCopyMin,
+	} {
+		if s := os.Getenv(name); s != "" {
+			*v, _ = strconv.Atoi(s)
+		}
+	}
+	if os.Getenv("GOHCCL_MESH_TEST_ONESHOT") != "" {
 		reducePair = oneShotPair
-	}
-	if v := os.Getenv("GOHCCL_MESH_TEST_SINGLECOPY"); v != "" {
-		singleCopyMin, _ = strconv.Atoi(v)
-	}
-	if v := os.Getenv("GOHCCL_MESH_TEST_GATHERCOPY"); v != "" {
-		gatherSingleCopyMin, _ = strconv.Atoi(v)
-	}
-	if v := os.Getenv("GOHCCL_MESH_TEST_BCASTCOPY"); v != "" {
-		bcastSingleCopyMin, _ = strconv.Atoi(v)
 	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
