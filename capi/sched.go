@@ -2,9 +2,8 @@ package main
 
 import (
 	"runtime"
-	"time"
-
 	"sync/atomic"
+	"time"
 )
 
 // A thread that C calls into Go on is, to the runtime, one goroutine that

@@ -21,10 +21,8 @@ func (e *Engine) AllGather(c *Call, in, out []byte) error {
 		return fmt.Errorf("mesh: %s: allgather output of %d bytes is not %d blocks of %d", describeOp(&c.Stamp), len(out), e.n, len(in))
 	}
 	return e.run(c, schedAllGather, len(in) == 0, func() { copy(out, in) }, func() error {
-		if e.n == 2 && len(in) >= gatherSingleCopyMin && len(in) <= gatherSingleCopyMax {
-			if ran, err := e.allGatherSingleCopy(in, out); ran || err != nil {
-				return err
-			}
+		if ran, err := e.allGatherSingleCopy(in, out); ran || err != nil {
+			return err
 		}
 		return e.allGather(schedAllGather, in, out, blocked{n: e.n, piece: e.lay.buf, equal: len(in)})
 	})

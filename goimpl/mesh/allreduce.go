@@ -23,10 +23,8 @@ func (e *Engine) AllReduce(c *Call, buf []byte) error {
 		return err
 	}
 	return e.run(c, schedAllReduceOneShot, len(buf) == 0, nil, func() error {
-		if e.n == 2 && len(buf) >= singleCopyMin && len(buf) <= singleCopyMax {
-			if ran, err := e.allReduceSingleCopy(buf); ran || err != nil {
-				return err
-			}
+		if ran, err := e.allReduceSingleCopy(buf); ran || err != nil {
+			return err
 		}
 		if len(buf) <= oneShotLimit(e.n) {
 			return e.allReduceOneShot(buf)

@@ -16,10 +16,8 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 		return err
 	}
 	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error {
-		if e.n == 2 && len(buf) >= bcastSingleCopyMin && len(buf) <= bcastSingleCopyMax {
-			if ran, err := e.broadcastSingleCopy(buf, root); ran || err != nil {
-				return err
-			}
+		if ran, err := e.broadcastSingleCopy(buf, root); ran || err != nil {
+			return err
 		}
 		return e.broadcast(buf, root)
 	})

@@ -59,7 +59,8 @@ type Engine struct {
 
 	// cma is what the ranks found of cross-memory attach (singlecopy.go);
 	// scratch holds the peer's bytes a single-copy all-reduce reads, and
-	// readPeer reads them (process_vm_readv; the tests refuse it).
+	// readPeer reads the peer's memory (process_vm_readv; the tests
+	// refuse it).
 	cma      singleCopy
 	scratch  []byte
 	readPeer func(pid int, dst []byte, addr uintptr) error

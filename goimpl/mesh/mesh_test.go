@@ -297,8 +297,8 @@ func switchBytes(n int) int { return min(oneShotLimit(n), oneShotMax) }
 
 // withSchedules runs f, and for two ranks, where one-shot runs at every
 // size, again with the two-phase schedules above oneShotMax, so that they
-// are tested at n = 2 too, and again with the single-copy all-reduce at
-// every size.
+// are tested at n = 2 too, and again with the single-copy all-reduce,
+// allgather and broadcast at every size.
 func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
 	t.Run("default", f)
 	if n != 2 {
@@ -495,9 +495,10 @@ func cmaWorks() bool {
 	return processVMRead(os.Getpid(), dst, uintptr(unsafe.Pointer(&src[0]))) == nil && string(dst) == "probe"
 }
 
-// TestSingleCopy runs the single-copy all-reduce at its real threshold,
-// uneven and odd sizes, and with one rank refused cross-memory attach: the
-// ranks then agree on one-shot, for that operation and every later one.
+// TestSingleCopy runs the single-copy all-reduce, allgather and broadcast
+// at their real bounds, with uneven and odd sizes, and the all-reduce with
+// one rank refused cross-memory attach: the ranks then agree on one-shot,
+// for that operation and every later one.
 func TestSingleCopy(t *testing.T) {
 	if !cmaWorks() {
 		t.Skip("process_vm_readv is not permitted here")

@@ -45,9 +45,9 @@ const (
 // reduced: small enough to stay in L2 between the read and the reduction.
 const singleCopyScratch = 256 << 10
 
-// singleCopyRecord is what a rank posts in its buffer for a single-copy
-// operation: its pid, the address and length of its message, and (in the
-// first operation) whether it could read the peer's.
+// The record a rank posts in its buffer for a single-copy operation: its
+// pid, the address and length of its message, and (in the first operation)
+// whether it could read the peer's.
 const (
 	scPid   = 0
 	scAddr  = 8
@@ -56,28 +56,24 @@ const (
 )
 
 // allReduceSingleCopy runs the single-copy schedule on buf, or reports
-// false, having moved none of it, when this engine's ranks cannot use
-// cross-memory attach (the caller then runs one-shot).
+// false, having moved none of it, when buf is outside its bounds or this
+// engine's ranks cannot use cross-memory attach (startSingleCopy; the
+// caller then runs the region's schedule).
 func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
-	if ok, err := e.singleCopyAllowed(schedAllReduceSingleCopy, buf); !ok || err != nil {
+	m, ok, err := e.startSingleCopy(schedAllReduceSingleCopy, buf, singleCopyMin, singleCopyMax)
+	if !ok || err != nil {
 		return err != nil, err
 	}
 	peer := 1 - e.me
 	es := e.call.DType.Size()
 	mlo, mhi := blockBytes(len(buf)/es, es, e.me)
 	plo, phi := blockBytes(len(buf)/es, es, peer)
-	e.chunks = 1
-	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(schedAllReduceSingleCopy, k, b, buf)
-	if err != nil {
-		return true, err
-	}
 	// This rank's half: read the peer's piece by piece, reduce in place.
 	scratch := e.scratchBuf()
 	for off := mlo; off < mhi; off += len(scratch) {
 		own := buf[off:min(off+len(scratch), mhi)]
 		theirs := scratch[:len(own)]
-		if err := e.readFrom(peer, pid, theirs, addr+uintptr(off)); err != nil {
+		if err := e.readFrom(peer, m.pid, theirs, m.addr+uintptr(off)); err != nil {
 			return true, err
 		}
 		if e.me == 0 {
@@ -86,15 +82,15 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 			e.call.Kernel3(own, theirs, own)
 		}
 	}
-	e.ready[e.me].Store(2*k + 2)
+	e.ready[e.me].Store(2*m.k + 2)
 	// The peer's half, reduced, straight into buf.
-	if err := e.await(peer, 2*k+2, b, false, false); err != nil {
+	if err := e.await(peer, 2*m.k+2, m.b, false, false); err != nil {
 		return true, err
 	}
-	if err := e.readFrom(peer, pid, buf[plo:phi], addr+uintptr(plo)); err != nil {
+	if err := e.readFrom(peer, m.pid, buf[plo:phi], m.addr+uintptr(plo)); err != nil {
 		return true, err
 	}
-	return true, e.finishSingleCopy(k)
+	return true, e.finishSingleCopy(m.k)
 }
 
 // allGatherSingleCopy is the allgather of two ranks over cross-memory
@@ -102,23 +98,18 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 // Per rank: reads S/2 (across), writes S/2, plus its own block's copy when
 // in is not already there. Reports false, as allReduceSingleCopy.
 func (e *Engine) allGatherSingleCopy(in, out []byte) (ran bool, err error) {
-	if ok, err := e.singleCopyAllowed(schedAllGatherSingleCopy, in); !ok || err != nil {
+	m, ok, err := e.startSingleCopy(schedAllGatherSingleCopy, in, gatherSingleCopyMin, gatherSingleCopyMax)
+	if !ok || err != nil {
 		return err != nil, err
 	}
 	peer, l := 1-e.me, len(in)
-	e.chunks = 1
-	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(schedAllGatherSingleCopy, k, b, in)
-	if err != nil {
-		return true, err
-	}
 	if own := out[e.me*l : (e.me+1)*l]; &own[0] != &in[0] {
 		copy(own, in)
 	}
-	if err := e.readFrom(peer, pid, out[peer*l:(peer+1)*l], addr); err != nil {
+	if err := e.readFrom(peer, m.pid, out[peer*l:(peer+1)*l], m.addr); err != nil {
 		return true, err
 	}
-	return true, e.finishSingleCopy(k)
+	return true, e.finishSingleCopy(m.k)
 }
 
 // broadcastSingleCopy is the broadcast of two ranks over cross-memory
@@ -126,32 +117,48 @@ func (e *Engine) allGatherSingleCopy(in, out []byte) (ran bool, err error) {
 // the reader reads and writes S (across), the root nothing. Reports false,
 // as allReduceSingleCopy.
 func (e *Engine) broadcastSingleCopy(buf []byte, root int) (ran bool, err error) {
-	if ok, err := e.singleCopyAllowed(schedBroadcastSingleCopy, buf); !ok || err != nil {
+	m, ok, err := e.startSingleCopy(schedBroadcastSingleCopy, buf, bcastSingleCopyMin, bcastSingleCopyMax)
+	if !ok || err != nil {
 		return err != nil, err
 	}
-	e.chunks = 1
-	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(schedBroadcastSingleCopy, k, b, buf)
-	if err != nil {
-		return true, err
-	}
 	if e.me != root {
-		if err := e.readFrom(root, pid, buf, addr); err != nil {
+		if err := e.readFrom(root, m.pid, buf, m.addr); err != nil {
 			return true, err
 		}
 	}
-	return true, e.finishSingleCopy(k)
+	return true, e.finishSingleCopy(m.k)
 }
 
-// singleCopyAllowed settles, at the engine's first single-copy operation,
-// whether the ranks can use cross-memory attach, and says whether they can.
-func (e *Engine) singleCopyAllowed(s schedule, buf []byte) (bool, error) {
+// peerMessage is what a single-copy operation's address exchange took:
+// its chunk k in buffer b, and the peer's process id and message address.
+type peerMessage struct {
+	k    uint64
+	b    int
+	pid  int
+	addr uintptr
+}
+
+// startSingleCopy begins an operation of single-copy schedule s on buf, the
+// message whose address the ranks exchange, when two ranks run it, len(buf)
+// lies in [lo, hi] and cross-memory attach works between them (settled at
+// the engine's first such operation, trySingleCopy). ok false, with no
+// error, means the region's schedule runs instead.
+func (e *Engine) startSingleCopy(s schedule, buf []byte, lo, hi int) (m peerMessage, ok bool, err error) {
+	if e.n != 2 || len(buf) < lo || len(buf) > hi {
+		return m, false, nil
+	}
 	if e.cma == singleCopyUntried {
 		if err := e.trySingleCopy(s, buf); err != nil {
-			return false, err
+			return m, false, err
 		}
 	}
-	return e.cma == singleCopyWorks, nil
+	if e.cma != singleCopyWorks {
+		return m, false, nil
+	}
+	e.chunks = 1
+	m.k, m.b = e.step(0)
+	m.pid, m.addr, err = e.exchangeAddress(s, m.k, m.b, buf)
+	return m, err == nil, err
 }
 
 // finishSingleCopy releases chunk k and waits for the peer's release: the
@@ -204,9 +211,9 @@ func (e *Engine) trySingleCopy(s schedule, buf []byte) error {
 	return nil
 }
 
-// exchangeAddress posts, for chunk k of schedule s in buffer b, this process's id and
-// buf's address and length, and returns the peer's once it has posted
-// theirs. Lengths that differ are a mismatch.
+// exchangeAddress posts, for chunk k of schedule s in buffer b, this
+// process's id and buf's address and length, and returns the peer's once it
+// has posted theirs. Lengths that differ are a mismatch.
 func (e *Engine) exchangeAddress(s schedule, k uint64, b int, buf []byte) (pid int, addr uintptr, err error) {
 	peer := 1 - e.me
 	if err := e.claim(k); err != nil {
