@@ -30,9 +30,10 @@ type Hierarchy struct {
 type Level0 uint8
 
 // The intra-node schedules. Level0RHD needs a power-of-two node size.
-// Level0Node runs the level0 legs of the hierarchical allgather and
-// reduce-scatter as whole-node collectives (Op.Node, the shared-memory
-// mesh), one per node's blocks; it needs nodes of consecutive ranks
+// Level0Node runs the level0 legs as whole-node collectives (Op.Node, the
+// shared-memory mesh engine): the all-reduce's two legs on the node's blocks
+// of the buffer, and the allgather's and reduce-scatter's legs on the
+// node's consecutive blocks, which needs nodes of consecutive ranks
 // (Hierarchy.Consecutive).
 const (
 	Level0Ring Level0 = iota
@@ -41,22 +42,29 @@ const (
 )
 
 // NodeCollectives are a node's collectives that move no frames (the
-// shared-memory mesh engine), for Level0Node. node is L blocks of one
-// node's part of a buffer, in local rank order; own is this rank's block
-// of it.
+// shared-memory mesh engine), for Level0Node. Their local ranks are the
+// node's ranks in h.Local order. node is L blocks of one node's part of a
+// buffer, in local rank order; own is this rank's block of it.
 type NodeCollectives interface {
 	// AllGather fills node from every local rank's own block, in place.
 	AllGather(own, node []byte) error
 	// ReduceScatter reduces node over the local ranks into out, which
 	// receives this rank's block of the result; node is not modified.
 	ReduceScatter(node, out []byte) error
+	// ReduceScatterBlocks reduces buf (count elements split by
+	// pattern.Blocks(count, L, l)) over the node, in place: afterwards
+	// local rank l's block holds the node's reduction, the others are
+	// left as they were.
+	ReduceScatterBlocks(buf []byte, count int) error
+	// AllGatherBlocks fills every block of buf from its owner, in place.
+	AllGatherBlocks(buf []byte, count int) error
 }
 
 // AllReduceHier is the hierarchical all-reduce, in three legs:
 //
-//  1. level0 reduce-scatter among the ranks of the node (ring, or recursive
-//     halving), which leaves local rank l with slice l of the buffer
-//     (pattern.Blocks(count, L, l)) reduced over the node;
+//  1. level0 reduce-scatter among the ranks of the node (ring, recursive
+//     halving, or the node's engine), which leaves local rank l with slice
+//     l of the buffer (pattern.Blocks(count, L, l)) reduced over the node;
 //  2. level1 all-reduce of slice l among the ranks with local rank l, one
 //     per node, with the level1 schedule;
 //  3. level0 allgather of the slices among the ranks of the node.
@@ -78,10 +86,16 @@ func AllReduceHier(o *Op, buf []byte, count int, h Hierarchy, level0 Level0, lev
 	if level0 == Level0RHD && hd.Extra() != 0 {
 		return fmt.Errorf("internal: level0 halving-doubling needs a power-of-two node size, not %d", L)
 	}
+	if level0 == Level0Node && o.Node == nil {
+		return fmt.Errorf("internal: a node level0 needs the node's collectives")
+	}
 	var err error
-	if level0 == Level0RHD {
+	switch level0 {
+	case Level0RHD:
 		err = halvingReduceScatter(l0, hd, buf, count)
-	} else {
+	case Level0Node:
+		err = o.Node.ReduceScatterBlocks(buf, count)
+	default:
 		err = reduceScatterRing(l0, buf, nil, count)
 	}
 	if err != nil {
@@ -95,8 +109,11 @@ func AllReduceHier(o *Op, buf []byte, count int, h Hierarchy, level0 Level0, lev
 		return err
 	}
 	l0 = o.View(h.Local, phaseLevel0)
-	if level0 == Level0RHD {
+	switch level0 {
+	case Level0RHD:
 		return doublingAllGather(l0, hd, buf, count)
+	case Level0Node:
+		return o.Node.AllGatherBlocks(buf, count)
 	}
 	return allGatherRing(l0, buf, count)
 }

@@ -7,12 +7,6 @@ import (
 
 const phaseBroadcast = 3
 
-// chainThreshold is the message size above which broadcast and reduce use the
-// pipelined chain instead of the binomial tree: the tree takes log2(n) steps
-// but its root sends the whole message once per child, the chain takes n-1
-// segment times to fill and then moves the message at link speed.
-const chainThreshold = 256 << 10
-
 // BroadcastTree broadcasts buf from root down a binomial tree, streamed in
 // segments: ceil(log2 n) steps, the root sends the message once per child.
 func BroadcastTree(o *Op, buf []byte, root int) error {
@@ -32,17 +26,6 @@ func BroadcastChain(o *Op, buf []byte, root int) error {
 		children = append(children, next)
 	}
 	return broadcastDown(o, buf, c.Prev(), children)
-}
-
-// Broadcast picks the tree for small messages and the chain for large ones.
-func Broadcast(o *Op, buf []byte, root int) error {
-	if o.Size() == 1 || len(buf) == 0 {
-		return nil
-	}
-	if len(buf) > chainThreshold && o.Size() > 2 {
-		return BroadcastChain(o, buf, root)
-	}
-	return BroadcastTree(o, buf, root)
 }
 
 // broadcastDown receives each segment from parent (none at the root) straight

@@ -27,14 +27,22 @@ func (n engineNode) ReduceScatter(node, out []byte) error {
 	return n.e.ReduceScatter(n.call(), node, out)
 }
 
+func (n engineNode) ReduceScatterBlocks(buf []byte, count int) error {
+	return n.e.ReduceScatterBlocks(n.call(), buf, count)
+}
+
+func (n engineNode) AllGatherBlocks(buf []byte, count int) error {
+	return n.e.AllGatherBlocks(n.call(), buf, count)
+}
+
 // withNodes gives each of ops (n ranks, nodes of k consecutive ranks) the
 // mesh engine of its node.
 func withNodes(t *testing.T, ops []*Op, k int) {
 	t.Helper()
 	for m := 0; m < len(ops)/k; m++ {
-		region := make([]byte, mesh.RegionSize(k, mesh.MinBudget))
+		region := make([]byte, mesh.RegionSize(k, mesh.MinBudget, mesh.Options{}))
 		for l := range k {
-			e, err := mesh.Attach(region, k, l, mesh.MinBudget)
+			e, err := mesh.Attach(region, k, l, mesh.MinBudget, mesh.Options{})
 			require.NoError(t, err)
 			t.Cleanup(e.Close)
 			o := ops[m*k+l]

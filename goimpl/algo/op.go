@@ -79,6 +79,10 @@ type Op struct {
 
 	hdr transport.Header
 
+	// at holds two lists of block indices for schedules that exchange
+	// runs of blocks (the Bruck allgather), grown once to the group size.
+	at [2][]int
+
 	// group, in a view, holds the endpoint rank of each of the view's
 	// ranks; nil means every rank of the endpoint, numbered as it numbers
 	// them. grank is this rank's place in group.
@@ -154,6 +158,14 @@ func (o *Op) work(n int) []byte {
 		o.Work = make([]byte, n)
 	}
 	return o.Work[:n]
+}
+
+// indices returns the op's two index lists, n long each.
+func (o *Op) indices(n int) (a, b []int) {
+	if len(o.at[0]) < n {
+		o.at = [2][]int{make([]int, n), make([]int, n)}
+	}
+	return o.at[0][:n], o.at[1][:n]
 }
 
 // slot returns scratch slot i (0 and 1 receive, 2 accumulates; the double

@@ -28,17 +28,6 @@ func ReduceChain(o *Op, buf []byte, root int) error {
 	return reduceUp(o, buf, c.Prev(), children)
 }
 
-// Reduce picks the tree for small messages and the chain for large ones.
-func Reduce(o *Op, buf []byte, root int) error {
-	if o.Size() == 1 || len(buf) == 0 {
-		return nil
-	}
-	if len(buf) > chainThreshold && o.Size() > 2 {
-		return ReduceChain(o, buf, root)
-	}
-	return ReduceTree(o, buf, root)
-}
-
 func reduceUp(o *Op, buf []byte, parent int, children []int) error {
 	seg := o.Segment
 	for j := 0; j < segments(len(buf), seg); j++ {

@@ -130,7 +130,7 @@ func TestTopologyFromHosts(t *testing.T) {
 		comms[r] = c
 	}
 	assert.Equal(t, "2 nodes x 3 ranks", comms[0].topo.String())
-	assert.Equal(t, []int{1, 4}, comms[4].hier.Cross)
+	assert.Equal(t, []int{1, 4}, comms[4].x.Hier.Cross)
 	count := 3001
 	inputs := make([][]int64, n)
 	bufs := make([][]byte, n)
@@ -166,8 +166,8 @@ func TestVectorHierOnDealtHosts(t *testing.T) {
 	require.Equal(t, "2 nodes x 3 ranks", comms[0].topo.String())
 	for _, count := range []int{1, 5, 40001} {
 		bytes := 8 * count * n
-		assert.Equal(t, tune.Choice{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Ring}, comms[0].tuner.Choose(tune.AllGather, bytes))
-		assert.Equal(t, tune.Choice{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.RHD}, comms[0].tuner.Choose(tune.ReduceScatter, bytes))
+		assert.Equal(t, "level0:ring;level1:ring", comms[0].tuner.Choose(tune.AllGather, bytes).Name())
+		assert.Equal(t, "level0:ring;level1:rhd", comms[0].tuner.Choose(tune.ReduceScatter, bytes).Name())
 		ins := make([][]int64, n)
 		bufs := make([][]byte, n)
 		outs := make([][]byte, n)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/tcp"
-	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // peerInfo is what each rank publishes about itself during bootstrap.
@@ -49,8 +47,8 @@ func New(store rendezvous.Store, opt Options) (*Comm, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 30 * time.Minute
 	}
-	if err := reduce.SelectPath(opt.Config.SIMD); err != nil {
-		return nil, fmt.Errorf("GOHCCL_SIMD: %v", err)
+	if _, err := reduce.PathNamed(opt.Config.SIMD); err != nil {
+		return nil, fmt.Errorf("%w: GOHCCL_SIMD: %v", ErrInvalid, err)
 	}
 	log := NewLogger(opt.Config.Debug, opt.Rank, opt.Size)
 	deadline := time.Now().Add(opt.Timeout)
@@ -154,7 +152,18 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 			}
 		}
 	}
+	var facts meshFacts
+	if loc == nil || !loc.whole {
+		facts, err = agreeMesh(store, prefix, rank, peers, opt, loc, deadline)
+	}
 	mesh := transport.NewMesh(rank, tl, matcher)
+	if err != nil {
+		mesh.Close(err)
+		if loc != nil {
+			loc.close()
+		}
+		return nil, err
+	}
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
 	}
@@ -164,30 +173,12 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	for p := range peers {
 		hosts[p] = peers[p].Host
 	}
-	if err := c.initTuning(hosts); err != nil {
+	if err := c.initTuning(hosts, facts); err != nil {
 		mesh.Close(err)
 		if loc != nil {
 			loc.close()
 		}
 		return nil, err
-	}
-	if loc != nil {
-		node := slices.Equal(loc.ranks, c.hier.Local)
-		for coll := range loc.level0 {
-			loc.level0[coll] = node && loc.spec.Per[coll].Level0 == tune.Auto
-		}
-		if node {
-			c.op.Node = meshNode{c}
-			var on []string
-			for _, coll := range []tune.Coll{tune.AllReduce, tune.AllGather, tune.ReduceScatter} {
-				if c.meshLevel0(coll) {
-					on = append(on, coll.String())
-				}
-			}
-			if len(on) > 0 {
-				log.Infof("hierarchical level0 on the shared-memory mesh for: %s", strings.Join(on, ", "))
-			}
-		}
 	}
 	if opt.Config.Debug >= config.Info {
 		for p, pi := range peers {

@@ -41,8 +41,27 @@ func checkOp(dt reduce.DType, op reduce.Op) error {
 // finishAvg divides a sum by the group size when op is Avg.
 func (c *Comm) finishAvg(op reduce.Op, dt reduce.DType, b []byte) {
 	if op == reduce.Avg {
-		reduce.DivideInPlace(dt, b, c.size)
+		c.path.Divide(dt, b, c.size)
 	}
+}
+
+// choose asks the table for coll moving bytes (the same count on every
+// rank: the tuner's choice must be).
+func (c *Comm) choose(coll tune.Coll, bytes int) tune.Choice {
+	c.choice = c.tuner.Choose(coll, bytes)
+	return c.choice
+}
+
+// run runs ch on this rank with the arguments in c.args: the engine's call
+// takes the op's stamp, deadline and kernels first, for the rows that run
+// on it.
+func (c *Comm) run(ch tune.Choice) error {
+	if c.x.Node != nil {
+		o := &c.op
+		c.call.Stamp, c.call.Deadline = o.Stamp, o.Deadline
+		c.call.DType, c.call.Kernel, c.call.Kernel3 = o.DType, o.Kernel, o.Kernel3
+	}
+	return ch.Run(&c.x, &c.args)
 }
 
 // AllReduce reduces count elements of buf across all ranks, in place.
@@ -54,16 +73,11 @@ func (c *Comm) AllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op, t
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllReduce, DType: dt, Op: op, Count: uint64(count)}
-	o, err := c.begin(fp, timeout, true)
-	if err != nil {
+	if err := c.begin(fp, timeout, true); err != nil {
 		return err
 	}
-	if c.onMesh(tune.AllReduce) {
-		err = c.local.engine.AllReduce(c.meshCall(o), buf)
-	} else {
-		err = c.allReduce(o, buf, count)
-	}
-	if err != nil {
+	c.args = tune.Args{Buf: buf, Count: count}
+	if err := c.run(c.choose(tune.AllReduce, len(buf))); err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, buf)
@@ -79,14 +93,11 @@ func (c *Comm) Broadcast(buf []byte, count int, dt reduce.DType, root int, timeo
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindBroadcast, DType: dt, Root: int32(root), Count: uint64(count)}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	if c.onMesh(tune.Broadcast) {
-		return c.end(c.local.engine.Broadcast(c.meshCall(o), buf, root))
-	}
-	return c.end(c.broadcast(o, buf, root))
+	c.args = tune.Args{Buf: buf, Count: count, Root: root}
+	return c.end(c.run(c.choose(tune.Broadcast, len(buf))))
 }
 
 // Reduce reduces count elements of buf onto root, in place there; other
@@ -102,16 +113,11 @@ func (c *Comm) Reduce(buf []byte, count int, dt reduce.DType, op reduce.Op, root
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindReduce, DType: dt, Op: op, Root: int32(root), Count: uint64(count)}
-	o, err := c.begin(fp, timeout, true)
-	if err != nil {
+	if err := c.begin(fp, timeout, true); err != nil {
 		return err
 	}
-	if c.onMesh(tune.Reduce) {
-		err = c.local.engine.Reduce(c.meshCall(o), buf, root)
-	} else {
-		err = c.reduce(o, buf, root)
-	}
-	if err != nil {
+	c.args = tune.Args{Buf: buf, Count: count, Root: root}
+	if err := c.run(c.choose(tune.Reduce, len(buf))); err != nil {
 		return c.end(err)
 	}
 	if c.rank == root {
@@ -129,14 +135,11 @@ func (c *Comm) AllGather(in, out []byte, count int, dt reduce.DType, timeout tim
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllGather, DType: dt, Count: uint64(count)}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	if c.onMesh(tune.AllGather) {
-		return c.end(c.local.engine.AllGather(c.meshCall(o), in, out))
-	}
-	return c.end(c.allGather(o, in, out, count))
+	c.args = tune.Args{In: in, Out: out, Count: count}
+	return c.end(c.run(c.choose(tune.AllGather, len(out))))
 }
 
 // ReduceScatter reduces in (Size*count elements) and leaves block Rank in
@@ -152,16 +155,11 @@ func (c *Comm) ReduceScatter(in, out []byte, count int, dt reduce.DType, op redu
 		return err
 	}
 	fp := transport.Fingerprint{Kind: transport.KindReduceScatter, DType: dt, Op: op, Count: uint64(count)}
-	o, err := c.begin(fp, timeout, true)
-	if err != nil {
+	if err := c.begin(fp, timeout, true); err != nil {
 		return err
 	}
-	if c.onMesh(tune.ReduceScatter) {
-		err = c.local.engine.ReduceScatter(c.meshCall(o), in, out)
-	} else {
-		err = c.reduceScatter(o, in, out, count)
-	}
-	if err != nil {
+	c.args = tune.Args{In: in, Out: out, Count: count}
+	if err := c.run(c.choose(tune.ReduceScatter, len(in))); err != nil {
 		return c.end(err)
 	}
 	c.finishAvg(op, dt, out)
@@ -183,11 +181,11 @@ func (c *Comm) Gather(in, out []byte, count int, dt reduce.DType, root int, time
 		}
 	}
 	fp := transport.Fingerprint{Kind: transport.KindGather, DType: dt, Root: int32(root), Count: uint64(count)}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	return c.end(algo.GatherDirect(o, in, out, root))
+	c.args = tune.Args{In: in, Out: out, Count: count, Root: root}
+	return c.end(c.run(c.choose(tune.Gather, count*dt.Size()*c.size)))
 }
 
 // Scatter sends block p of root's in (Size*count elements) to rank p's out.
@@ -204,11 +202,11 @@ func (c *Comm) Scatter(in, out []byte, count int, dt reduce.DType, root int, tim
 		}
 	}
 	fp := transport.Fingerprint{Kind: transport.KindScatter, DType: dt, Root: int32(root), Count: uint64(count)}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	return c.end(algo.ScatterDirect(o, in, out, root))
+	c.args = tune.Args{In: in, Out: out, Count: count, Root: root}
+	return c.end(c.run(c.choose(tune.Scatter, count*dt.Size()*c.size)))
 }
 
 // AllToAllV sends sendCounts[p] elements at sendOffsets[p] of in to rank p
@@ -230,11 +228,13 @@ func (c *Comm) AllToAllV(in []byte, sendCounts, sendOffsets []int, out []byte, r
 		return fmt.Errorf("%w: alltoall sends %d elements to this rank itself but expects %d", ErrInvalid, sendCounts[c.rank], recvCounts[c.rank])
 	}
 	fp := transport.Fingerprint{Kind: transport.KindAllToAll, DType: dt}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	return c.end(algo.AllToAllPairwise(o, in, send, out, recv))
+	// The ranks' byte counts differ: the choice is made for no bytes,
+	// the same on every rank.
+	c.args = tune.Args{In: in, Out: out, Send: send, Recv: recv}
+	return c.end(c.run(c.choose(tune.AllToAll, 0)))
 }
 
 func (c *Comm) blocks(side string, b []byte, counts, offsets []int, dt reduce.DType) (algo.Blocks, error) {
@@ -256,12 +256,9 @@ func (c *Comm) blocks(side string, b []byte, counts, offsets []int, dt reduce.DT
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(timeout time.Duration) error {
 	fp := transport.Fingerprint{Kind: transport.KindBarrier, DType: reduce.Uint8}
-	o, err := c.begin(fp, timeout, false)
-	if err != nil {
+	if err := c.begin(fp, timeout, false); err != nil {
 		return err
 	}
-	if c.local != nil && c.local.whole {
-		return c.end(c.local.engine.Barrier(c.meshCall(o)))
-	}
-	return c.end(algo.BarrierDissemination(o))
+	c.args = tune.Args{}
+	return c.end(c.run(c.choose(tune.Barrier, 0)))
 }

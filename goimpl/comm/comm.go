@@ -20,6 +20,7 @@ import (
 
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/mesh"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/topo"
 	"github.com/gohccl/gohccl/goimpl/transport"
@@ -81,16 +82,26 @@ type Comm struct {
 	p2p      p2pState
 
 	// hosts is each rank's host identity; topo groups ranks into nodes by
-	// it (or by GOHCCL_RANKS_PER_NODE); hier is this rank's two levels,
-	// empty when the nodes differ in size; tuner picks the algorithms.
+	// it (or by GOHCCL_RANKS_PER_NODE); tuner chooses every collective's
+	// schedule from goimpl/tune's table.
 	hosts []string
 	topo  *topo.Topology
-	hier  algo.Hierarchy
 	tuner *tune.Tuner
+	// path is the reduce kernels' instruction set (GOHCCL_SIMD), this
+	// communicator's own.
+	path *reduce.Path
 
 	// local, when set, is the shared memory with the other ranks of this
 	// host (local.go).
 	local *local
+
+	// What a collective runs with, reused so that none allocates: the
+	// exec (op, engine and call, hierarchy), the engine's call, the
+	// arguments, and the last choice (for logs).
+	x      tune.Exec
+	call   mesh.Call
+	args   tune.Args
+	choice tune.Choice
 }
 
 func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
@@ -102,17 +113,22 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 	}
 	c.op = algo.Op{Mesh: mesh, Scratch: c.scratch, Segment: seg,
 		Recvs: make([]transport.Recv, 2*opt.Size+2)}
+	c.x = tune.Exec{Op: &c.op, Call: &c.call}
 	c.p2p.init()
 	return c
 }
 
-// initTuning parses GOHCCL_ALGO, groups the ranks into nodes and sets up
-// the tuner. An unknown algorithm or malformed form fails the
-// communicator's creation.
-func (c *Comm) initTuning(hosts []string) error {
+// initTuning parses GOHCCL_ALGO and GOHCCL_SIMD, groups the ranks into
+// nodes and sets up the tuner over the table, with what the ranks agreed of
+// their shared memory (facts; zero without any). An unknown algorithm or
+// malformed form fails the communicator's creation.
+func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 	spec, err := tune.ParseAlgo(c.cfg.Algo)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if c.path, err = reduce.PathNamed(c.cfg.SIMD); err != nil {
+		return fmt.Errorf("%w: GOHCCL_SIMD: %v", ErrInvalid, err)
 	}
 	c.hosts = hosts
 	switch {
@@ -124,7 +140,7 @@ func (c *Comm) initTuning(hosts []string) error {
 		c.topo = topo.Blocked(c.size, c.size)
 	}
 	if l0, l1, err := c.topo.Levels(c.rank); err == nil {
-		c.hier = algo.Hierarchy{Local: l0, Cross: l1}
+		c.x.Hier = algo.Hierarchy{Local: l0, Cross: l1, Order: c.topo.SliceOrder()}
 	}
 	m := tune.DefaultModel()
 	if c.cfg.IntraBW > 0 { // set by config.Load; a literal Config keeps the defaults
@@ -132,12 +148,24 @@ func (c *Comm) initTuning(hosts []string) error {
 		m.Inter = tune.Link{Latency: c.cfg.InterLatency, Bandwidth: c.cfg.InterBW}
 	}
 	m.Segment = c.op.Segment
-	c.tuner = tune.New(spec, m, tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(),
-		Consecutive: c.topo.Consecutive()})
+	s := tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(), Consecutive: c.topo.Consecutive()}
+	switch l := c.local; {
+	case l != nil && l.whole:
+		s.Mesh = tune.MeshShape{Whole: true, Ranks: len(l.ranks), SingleCopy: l.singleCopy, Chunk: l.chunk}
+		m.Host = l.figures
+	case l != nil && facts.level0 && s.PerNode == len(l.ranks) && slices.Equal(l.ranks, c.x.Hier.Local):
+		s.Mesh = tune.MeshShape{Level0: true, Ranks: len(l.ranks), Chunk: facts.chunk}
+		m.Host = facts.figures
+	}
+	if l := c.local; l != nil {
+		c.x.Node = l.engine
+		c.op.Node = tune.NodeLegs(l.engine, &c.call)
+	}
+	c.tuner = tune.New(spec, m, s)
 	c.tuner.Warnf = c.log.Warnf
 	if c.cfg.Debug >= config.Info {
 		c.tuner.Logf = c.log.Infof
-		c.log.Infof("topology %s, GOHCCL_ALGO=%s", c.topo, c.cfg.Algo)
+		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0)
 	}
 	return nil
 }
@@ -155,7 +183,7 @@ func FromMesh(mesh *transport.Mesh, opt Options) (*Comm, error) {
 		opt.Timeout = 30 * time.Minute
 	}
 	c := newComm(mesh, opt, "inproc", NewLogger(opt.Config.Debug, opt.Rank, opt.Size))
-	if err := c.initTuning(opt.Hosts); err != nil {
+	if err := c.initTuning(opt.Hosts, meshFacts{}); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -170,7 +198,7 @@ func (c *Comm) Size() int { return c.size }
 // Describe returns a one-line summary for logs and the C ABI.
 func (c *Comm) Describe() string {
 	return fmt.Sprintf("gohccl comm %s rank %d of %d, links %s, buffer %d bytes (segment %d), reduce path %s",
-		c.id, c.rank, c.size, c.mesh.Classes(), len(c.scratch), c.op.Segment, reduce.ActivePath())
+		c.id, c.rank, c.size, c.mesh.Classes(), len(c.scratch), c.op.Segment, c.path.Name())
 }
 
 // Err returns the error that broke the communicator, or nil. A peer's abort
@@ -390,19 +418,19 @@ func (c *Comm) Close() {
 // state, resolves the reduce kernels when withKernel (an unsupported pair
 // fails with ErrInvalid before the sequence number advances), and stamps the
 // op with the next sequence number. Every successful begin is paired with an
-// end. Collectives are written as begin/schedule/end rather than with a
-// closure, which would allocate on every call.
-func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) (*algo.Op, error) {
+// end. A collective reads check, begin, choose, run, end, written out
+// rather than with a closure, which would allocate on every call.
+func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) error {
 	c.mu.Lock()
 	if err := c.Err(); err != nil {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
+		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	if withKernel {
-		k, k3, err := reduce.Lookup(fp.DType, fp.Op)
+		k, k3, err := c.path.Lookup(fp.DType, fp.Op)
 		if err != nil {
 			c.mu.Unlock()
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		c.op.Kernel, c.op.Kernel3 = k, k3
 	}
@@ -414,7 +442,7 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}
-	return o, nil
+	return nil
 }
 
 // end finishes the collective begun by begin. A failure becomes an error

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/mesh"
@@ -25,17 +28,15 @@ type local struct {
 	seg    *shm.Segment
 	engine *mesh.Engine
 	// whole is true when every rank of the communicator is on this host,
-	// so the mesh engine can run whole collectives; meshFor says which
-	// collectives GOHCCL_ALGO leaves to it.
-	whole   bool
-	meshFor [tune.NumColls]bool
-	// level0 says, per collective, that this host's ranks are exactly
-	// this rank's node in the topology (set by the communicator once it
-	// has one) and GOHCCL_ALGO names no level0 for it: its hierarchical
-	// form then runs level0 on the mesh engine.
-	level0 [tune.NumColls]bool
-	spec   tune.Spec
-	call   mesh.Call
+	// so the engine's rows can run whole collectives.
+	whole bool
+	// singleCopy: every pair of these ranks may read each other's
+	// memory; figures: this host's measured figures, as the lowest local
+	// rank measured them (every local rank prices with the same).
+	singleCopy bool
+	figures    mesh.Figures
+	// chunk is the engine's bytes of message per chunk.
+	chunk int
 }
 
 // ringBytes is the ring each directed pair of local ranks gets for the
@@ -95,7 +96,14 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		return nil, nil, nil
 	}
 	budget := int(opt.Config.BuffSize)
-	meshBytes := mesh.RegionSize(n, meshBudget(budget))
+	// The wait policy is this communicator's: more ranks than cores on
+	// this host wait differently (shm.OversubscribedPolicy), and another
+	// communicator of the process keeps its own.
+	mopt := mesh.DefaultOptions()
+	if n > runtime.NumCPU() {
+		mopt.Wait = shm.OversubscribedPolicy
+	}
+	meshBytes := mesh.RegionSize(n, meshBudget(budget), mopt)
 	meshSize := (meshBytes + 4095) &^ 4095 // the links' rings start on a page
 	ring := ringBytes(budget, n)
 	size := meshSize + shmlink.RegionSize(n, ring)
@@ -150,36 +158,115 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	}
 
 	region := seg.Bytes()
-	engine, err := mesh.Attach(region[:meshBytes], n, me, meshBudget(budget))
+	engine, err := mesh.Attach(region[:meshBytes], n, me, meshBudget(budget), mopt)
 	if err != nil {
 		return nil, nil, err
 	}
 	engine.SetRanks(ranks)
 	engine.SetStop(m.Health)
-	links, err = shmlink.Attach(region[meshSize:], ranks, me, ring, m)
+	links, err = shmlink.Attach(region[meshSize:], ranks, me, ring, m, mopt.Wait)
 	if err != nil {
 		engine.Close()
 		return nil, nil, err
 	}
-	if n > runtime.NumCPU() {
-		// More ranks than cores: a spinning rank would hold the core
-		// the rank it waits for needs, and so does one polling with
-		// sched_yield, which CFS hands straight back to the poller. A
-		// few microseconds of yielding polls, then the futex: with 4
-		// ranks on 2 cores, a 1 ms yield phase made 16 MiB all-reduces
-		// 25-105 ms against 18-21 ms, and 4 KiB broadcasts 1.2-1.8 ms
-		// against 330-360 us (docs/transports.md).
-		shm.SetPolicy(shm.Policy{Spin: 5 * time.Microsecond, Yield: true})
+	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers),
+		chunk: mesh.ChunkBytes(n, meshBudget(budget), mopt)}
+	if err := l.measure(store, prefix, rank, deadline); err != nil {
+		for _, lk := range links {
+			if lk != nil {
+				lk.Close()
+			}
+		}
+		engine.Close()
+		l = nil
+		return nil, nil, err
 	}
-	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers)}
-	spec, _ := tune.ParseAlgo(opt.Config.Algo) // validated with the config
-	l.spec = spec
-	for coll := range l.meshFor {
-		a := spec.Per[coll].Algo
-		l.meshFor[coll] = a == tune.Auto || a == tune.Mesh
-	}
-	log.Infof("shared memory with ranks %v: %d bytes (mesh %d, rings %d per pair)", ranks, size, meshSize, ring)
+	engine.SetSingleCopy(l.singleCopy)
+	log.Infof("shared memory with ranks %v: %d bytes (mesh %d, rings %d per pair); single copy %v; %s",
+		ranks, size, meshSize, ring, l.singleCopy, describeFigures(l.figures))
 	return l, links, nil
+}
+
+// measure settles what the engine's rows are priced with, the same on every
+// local rank: whether the ranks may read each other's memory (each tries
+// the others' probes, mesh.Probe), and this host's figures, which the
+// lowest local rank measures (mesh.MeasureHost, and the hand-off with the
+// next local rank) and the others read from the store.
+func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadline time.Time) error {
+	key := func(what string, r int) string { return fmt.Sprintf("%sshm%s/%d", prefix, what, r) }
+	pid, addr, want := mesh.Probe()
+	if err := store.Set(key("probe", rank), []byte(fmt.Sprintf("%d %d %x", pid, addr, want))); err != nil {
+		return fmt.Errorf("store: %v", err)
+	}
+	reads := true
+	for _, r := range l.ranks {
+		if r == rank {
+			continue
+		}
+		v, err := store.Get(key("probe", r), time.Until(deadline))
+		if err != nil {
+			return fmt.Errorf("waiting for rank %d's shared-memory probe: %v", r, err)
+		}
+		var pid int
+		var addr uintptr
+		var hexWant string
+		if _, err := fmt.Sscanf(string(v), "%d %d %s", &pid, &addr, &hexWant); err != nil {
+			return fmt.Errorf("rank %d published a malformed probe %q", r, v)
+		}
+		var w [16]byte
+		if b, err := hex.DecodeString(hexWant); err != nil || len(b) != len(w) {
+			return fmt.Errorf("rank %d published a malformed probe %q", r, v)
+		} else {
+			copy(w[:], b)
+		}
+		reads = reads && mesh.CanReadPeer(pid, addr, w)
+	}
+	handOff, cross, err := l.engine.MeasureHandOff(deadline)
+	if err != nil {
+		return err
+	}
+	verdict := fmt.Sprintf("%t", reads)
+	if l.me == 0 {
+		f := mesh.MeasureHost()
+		f.HandOff, f.Cross = handOff, cross
+		verdict += " " + f.String()
+	}
+	if err := store.Set(key("verdict", rank), []byte(verdict)); err != nil {
+		return fmt.Errorf("store: %v", err)
+	}
+	l.singleCopy = true
+	for _, r := range l.ranks {
+		v, err := store.Get(key("verdict", r), time.Until(deadline))
+		if err != nil {
+			return fmt.Errorf("waiting for rank %d's shared-memory verdict: %v", r, err)
+		}
+		ok, figures, _ := strings.Cut(string(v), " ")
+		l.singleCopy = l.singleCopy && ok == "true"
+		if r == l.ranks[0] {
+			if l.figures, err = mesh.ParseFigures(figures); err != nil {
+				return fmt.Errorf("rank %d published its host figures: %v", r, err)
+			}
+		}
+	}
+	return nil
+}
+
+// describeFigures writes the host figures for the INFO log.
+func describeFigures(f mesh.Figures) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "host figures: hand-off %.2fus, cross-core copy %.1f GB/s, copy", f.HandOff*1e6, f.Cross/1e9)
+	for i, s := range f.Sizes {
+		fmt.Fprintf(&b, " %s %.1f", tune.FormatBytes(s), f.Copy[i]/1e9)
+	}
+	b.WriteString(" GB/s")
+	if len(f.Kernel) > 0 {
+		b.WriteString(", process_vm_readv")
+		for i, s := range f.Sizes {
+			fmt.Fprintf(&b, " %s %.1f", tune.FormatBytes(s), f.Kernel[i]/1e9)
+		}
+		fmt.Fprintf(&b, " GB/s, %.2fus a call", f.Syscall*1e6)
+	}
+	return b.String()
 }
 
 // close releases the segment. The links and the engine must be closed and
@@ -217,4 +304,89 @@ func (p pairedLink) Close() error {
 	err := p.Link.Close()
 	p.watch.Close()
 	return err
+}
+
+// meshFacts is what every rank of a communicator that spans several hosts
+// (or nodes) learns of every node's shared memory, so that all price the
+// hierarchical rows' level0 on the engines alike: level0 says every node
+// is one group of ranks sharing an engine, all of one size; figures and
+// chunk are the first group's (every rank prices with the same).
+type meshFacts struct {
+	level0  bool
+	figures mesh.Figures
+	chunk   int
+}
+
+// agreeMesh publishes what this rank's group (the ranks of its host and
+// node, which setupLocal shared memory among) found, if it is the group's
+// lowest rank, and reads every group's record: the facts every rank then
+// prices with. l is this rank's shared memory, nil if it has none.
+func agreeMesh(store rendezvous.Store, prefix string, rank int, peers []peerInfo, opt Options, l *local, deadline time.Time) (meshFacts, error) {
+	node := func(p int) int {
+		if k := opt.Config.RanksPerNode; k > 0 {
+			return p / k
+		}
+		return 0
+	}
+	lowest := map[int]bool{}
+	size := map[int]int{}
+	var mine int
+	for p := range peers {
+		low := p
+		for q := 0; q < p; q++ {
+			if peers[q].Host == peers[p].Host && node(q) == node(p) {
+				low = q
+				break
+			}
+		}
+		lowest[low] = true
+		size[low]++
+		if p == rank {
+			mine = low
+		}
+	}
+	key := func(r int) string { return fmt.Sprintf("%sgroup/%d", prefix, r) }
+	if mine == rank {
+		rec := "none"
+		if l != nil {
+			rec = fmt.Sprintf("%d %d %s", len(l.ranks), l.chunk, l.figures)
+		}
+		if err := store.Set(key(rank), []byte(rec)); err != nil {
+			return meshFacts{}, fmt.Errorf("store: %v", err)
+		}
+	}
+	var groups []int
+	for low := range lowest {
+		groups = append(groups, low)
+	}
+	slices.Sort(groups)
+	facts := meshFacts{level0: true}
+	for i, low := range groups {
+		v, err := store.Get(key(low), time.Until(deadline))
+		if err != nil {
+			return meshFacts{}, fmt.Errorf("waiting for rank %d to say what shared memory its host has: %v", low, err)
+		}
+		n, chunk, figures := 0, 0, ""
+		parts := strings.SplitN(string(v), " ", 3)
+		if len(parts) == 3 {
+			n, _ = strconv.Atoi(parts[0])
+			chunk, _ = strconv.Atoi(parts[1])
+			figures = parts[2]
+		}
+		if n != size[low] || n != size[groups[0]] {
+			facts.level0 = false
+			continue
+		}
+		if i == 0 {
+			f, err := mesh.ParseFigures(figures)
+			if err != nil {
+				return meshFacts{}, fmt.Errorf("rank %d published its host figures: %v", low, err)
+			}
+			facts.figures, facts.chunk = f, chunk
+		}
+	}
+	if !facts.level0 {
+		return meshFacts{}, nil
+	}
+	return facts, nil
 }

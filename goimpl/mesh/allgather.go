@@ -12,17 +12,22 @@ import (
 // part into its buffer and publishes it, copies it into its own block of
 // out, and, ahead chunks later, waits for every peer's and copies theirs
 // out. Per rank: reads S/n +
-// (n-1)/n S, writes S/n + S (S = len(out)).
+// (n-1)/n S, writes S/n + S (S = len(out)). c.Variant is OneShot (the
+// region) or SingleCopy (two ranks; each reads the peer's in straight into
+// out).
 func (e *Engine) AllGather(c *Call, in, out []byte) error {
 	if _, err := checkData(c, len(in)); err != nil {
+		return err
+	}
+	if err := e.checkVariant(c, OneShot, SingleCopy); err != nil {
 		return err
 	}
 	if len(out) != e.n*len(in) {
 		return fmt.Errorf("mesh: %s: allgather output of %d bytes is not %d blocks of %d", describeOp(&c.Stamp), len(out), e.n, len(in))
 	}
 	return e.run(c, schedAllGather, len(in) == 0, func() { copy(out, in) }, func() error {
-		if ran, err := e.allGatherSingleCopy(in, out); ran || err != nil {
-			return err
+		if c.Variant == SingleCopy {
+			return e.allGatherSingleCopy(in, out)
 		}
 		return e.allGather(schedAllGather, in, out, blocked{n: e.n, piece: e.lay.buf, equal: len(in)})
 	})
@@ -53,7 +58,7 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 	e.chunks = chunks
 	base, _ := p.block(e.me)
 	put := plainCopy
-	if len(out) >= streamMin {
+	if len(out) >= e.opt.StreamMin {
 		put = stream
 	}
 	// Each chunk is posted ahead chunks before it is copied out (see ahead).

@@ -7,39 +7,31 @@ import (
 )
 
 // AllReduce reduces buf over the local ranks, in place: len(buf) is count
-// elements of c.DType, and every rank ends with the same bits.
+// elements of c.DType, and every rank ends with the same bits. c.Variant
+// is OneShot, TwoPhase or SingleCopy (two ranks; singlecopy.go). With S the
+// bytes per rank and n the local ranks, a rank moves (docs/mesh.md derives
+// these):
 //
-// Up to oneShotLimit bytes it runs the one-shot schedule; above, the
-// two-phase one. Two ranks whose processes may read each other's memory
-// run the single-copy schedule from singleCopyMin to singleCopyMax bytes
-// (singlecopy.go). With S the bytes per rank and n the local ranks, a rank
-// moves (docs/mesh.md derives these):
-//
-//	one-shot:  reads (n+1)S, writes 2S; 1 wait per chunk
-//	two-phase: reads (3n-1)/n S, writes 2S; 2 waits per chunk
+//	one-shot:    reads (n+1)S, writes 2S; 1 wait per chunk
+//	two-phase:   reads (3n-1)/n S, writes 2S; 2 waits per chunk
+//	single copy: reads 2S, writes 1.5S, half of it by the kernel; 3 waits
 func (e *Engine) AllReduce(c *Call, buf []byte) error {
 	es, err := e.checkReduce(c, len(buf))
 	if err != nil {
 		return err
 	}
-	return e.run(c, schedAllReduceOneShot, len(buf) == 0, nil, func() error {
-		if ran, err := e.allReduceSingleCopy(buf); ran || err != nil {
-			return err
-		}
-		if len(buf) <= oneShotLimit(e.n) {
-			return e.allReduceOneShot(buf)
-		}
-		return e.twoPhase(schedAllReduceTwoPhase, buf, len(buf)/es, -1)
-	})
-}
-
-// oneShotLimit is the largest all-reduce, in bytes per rank, that runs
-// one-shot among n ranks (see oneShotPair and oneShotMax).
-func oneShotLimit(n int) int {
-	if n == 2 {
-		return oneShotPair
+	if err := e.checkVariant(c, OneShot, TwoPhase, SingleCopy); err != nil {
+		return err
 	}
-	return oneShotMax
+	return e.run(c, schedAllReduceOneShot, len(buf) == 0, nil, func() error {
+		switch c.Variant {
+		case SingleCopy:
+			return e.allReduceSingleCopy(buf)
+		case TwoPhase:
+			return e.twoPhase(schedAllReduceTwoPhase, buf, len(buf)/es, -1)
+		}
+		return e.allReduceOneShot(buf)
+	})
 }
 
 // allReduceOneShot is the small-message schedule. A chunk is the next

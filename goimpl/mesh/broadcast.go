@@ -7,17 +7,22 @@ package mesh
 // every rank waits at the last chunk for every rank's stamp (each rank
 // posts one per chunk), so that ranks that disagree on the root or the
 // operation fail instead of returning their own data. Per rank: the root
-// reads and writes S, every other rank reads and writes S.
+// reads and writes S, every other rank reads and writes S. c.Variant is
+// OneShot (the region) or SingleCopy (two ranks; the other reads root's
+// buf straight into its own).
 func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 	if _, err := checkData(c, len(buf)); err != nil {
+		return err
+	}
+	if err := e.checkVariant(c, OneShot, SingleCopy); err != nil {
 		return err
 	}
 	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
 	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error {
-		if ran, err := e.broadcastSingleCopy(buf, root); ran || err != nil {
-			return err
+		if c.Variant == SingleCopy {
+			return e.broadcastSingleCopy(buf, root)
 		}
 		return e.broadcast(buf, root)
 	})
@@ -37,7 +42,7 @@ func (e *Engine) broadcast(buf []byte, root int) error {
 	B := e.n * P
 	chunks := (len(buf) + B - 1) / B
 	put := plainCopy
-	if len(buf) >= streamMin {
+	if len(buf) >= e.opt.StreamMin {
 		put = stream
 	}
 	e.chunks = chunks

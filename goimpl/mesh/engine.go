@@ -17,14 +17,49 @@ import (
 )
 
 // Call is what one collective brings: its stamp (fingerprint and sequence
-// number, compared against every peer's), deadline, dtype and reduce kernels
-// (nil for the ops that do not reduce). A zero Deadline means none.
+// number, compared against every peer's), deadline, dtype, reduce kernels
+// (nil for the ops that do not reduce) and the schedule to run it with. A
+// zero Deadline means none.
 type Call struct {
 	Stamp    transport.Header
 	Deadline time.Time
 	DType    reduce.DType
 	Kernel   reduce.Kernel
 	Kernel3  reduce.Kernel3
+	// Variant is the schedule: every rank must name the same one (a
+	// chunk's stamp carries it, so ranks that differ fail as a mismatch).
+	Variant Variant
+}
+
+// Variant names one of the engine's schedules for an operation. The engine
+// never chooses: the caller (goimpl/tune's table) does, from their prices.
+type Variant uint8
+
+// The schedules. An operation accepts the variants its doc names; OneShot,
+// the zero value, runs every operation through the region.
+const (
+	// OneShot: every rank publishes its input and reads every peer's
+	// (all-reduce, reduce: each reduces everything it needs itself;
+	// allgather, broadcast, reduce-scatter: their only region schedule).
+	OneShot Variant = iota
+	// TwoPhase: a reduce-scatter and an allgather fused chunk by chunk
+	// (all-reduce, reduce): fewer bytes read across cores from three ranks
+	// up, two waits per chunk instead of one.
+	TwoPhase
+	// SingleCopy: two ranks read each other's message straight out of the
+	// peer's process (all-reduce, allgather, broadcast); needs
+	// cross-memory attach between them (SetSingleCopy).
+	SingleCopy
+	numVariants
+)
+
+var variantNames = [numVariants]string{"oneshot", "twophase", "singlecopy"}
+
+func (v Variant) String() string {
+	if v < numVariants {
+		return variantNames[v]
+	}
+	return fmt.Sprintf("variant(%d)", uint8(v))
 }
 
 // Engine is one local rank's side of the region: it runs collectives with
@@ -34,6 +69,7 @@ type Call struct {
 type Engine struct {
 	region []byte
 	lay    layout
+	opt    Options
 	n, me  int
 
 	ready, free []*shm.Counter
@@ -57,11 +93,11 @@ type Engine struct {
 	busy   atomic.Int32
 	broken error // the first error after an operation began; every later call returns it
 
-	// cma is what the ranks found of cross-memory attach (singlecopy.go);
-	// scratch holds the peer's bytes a single-copy all-reduce reads, and
-	// readPeer reads the peer's memory (process_vm_readv; the tests
-	// refuse it).
-	cma      singleCopy
+	// cma says the ranks found that they may read each other's memory
+	// (SetSingleCopy); scratch holds the peer's bytes a single-copy
+	// all-reduce reads, and readPeer reads the peer's memory
+	// (process_vm_readv; the tests refuse it).
+	cma      bool
 	scratch  []byte
 	readPeer func(pid int, dst []byte, addr uintptr) error
 
@@ -101,18 +137,20 @@ var farFuture = time.Unix(0, math.MaxInt64)
 
 // Attach returns local rank me's engine over region, which all n local
 // ranks map, the creator zeroed before any rank attached, and which is
-// RegionSize(n, budget) bytes, 8-byte aligned (a mapping is page-aligned).
-// Attach writes only rank me's own records.
-func Attach(region []byte, n, me, budget int) (*Engine, error) {
+// RegionSize(n, budget, o) bytes, 8-byte aligned (a mapping is
+// page-aligned). Attach writes only rank me's own records. Zero fields of o
+// take DefaultOptions' values.
+func Attach(region []byte, n, me, budget int, o Options) (*Engine, error) {
+	o = o.normal()
 	switch {
 	case n < 1 || me < 0 || me >= n:
 		return nil, fmt.Errorf("mesh: local rank %d of %d", me, n)
-	case len(region) != RegionSize(n, budget):
-		return nil, fmt.Errorf("mesh: region is %d bytes; %d local ranks with a %d-byte budget need %d", len(region), n, budget, RegionSize(n, budget))
+	case len(region) != RegionSize(n, budget, o):
+		return nil, fmt.Errorf("mesh: region is %d bytes; %d local ranks with a %d-byte budget need %d", len(region), n, budget, RegionSize(n, budget, o))
 	case uintptr(unsafe.Pointer(unsafe.SliceData(region)))%8 != 0:
 		return nil, fmt.Errorf("mesh: region is not 8-byte aligned")
 	}
-	e := &Engine{region: region, lay: newLayout(n, budget), n: n, me: me,
+	e := &Engine{region: region, lay: newLayout(n, budget, o.Chunk), opt: o, n: n, me: me,
 		ready: make([]*shm.Counter, n), free: make([]*shm.Counter, n),
 		seenFree: make([]uint64, n), checked: make([]bool, n), readPeer: processVMRead}
 	for r := range n {
@@ -374,4 +412,14 @@ func (e *Engine) who(r int) string {
 		s += " (this process)"
 	}
 	return s
+}
+
+// checkVariant refuses a variant the operation does not have.
+func (e *Engine) checkVariant(c *Call, ok ...Variant) error {
+	for _, v := range ok {
+		if c.Variant == v {
+			return nil
+		}
+	}
+	return fmt.Errorf("mesh: %s: the operation has no %s schedule", describeOp(&c.Stamp), c.Variant)
 }

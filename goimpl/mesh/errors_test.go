@@ -164,7 +164,6 @@ func TestTimeout(t *testing.T) {
 	for _, size := range []int{4096, 1 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			es := engines(t, 3, MinBudget)
-			testPolicy(t, 3)
 			const wait = 200 * time.Millisecond
 			t0 := time.Now()
 			errs := onRanks(2, func(r int) error {
@@ -196,7 +195,6 @@ func TestTimeout(t *testing.T) {
 // TestTimeoutNamesEveryMissingRank: two of four ranks absent.
 func TestTimeoutNamesEveryMissingRank(t *testing.T) {
 	es := engines(t, 4, MinBudget)
-	testPolicy(t, 4)
 	errs := onRanks(2, func(r int) error {
 		c := newCall(transport.KindBarrier, 0, 0, 0, 0, 1)
 		c.Deadline = time.Now().Add(100 * time.Millisecond)
@@ -318,9 +316,9 @@ func TestInvalidArguments(t *testing.T) {
 	// None of these broke the engine.
 	noErrors(t, onRanks(2, func(r int) error { return es[r].Barrier(newCall(transport.KindBarrier, 0, 0, 0, 0, 1)) }))
 
-	_, err := Attach(make([]byte, 100), 2, 0, MinBudget)
+	_, err := Attach(make([]byte, 100), 2, 0, MinBudget, testOptions(2))
 	require.ErrorContains(t, err, "region is 100 bytes")
-	_, err = Attach(region(2, MinBudget), 2, 2, MinBudget)
+	_, err = Attach(region(2, MinBudget), 2, 2, MinBudget, testOptions(2))
 	require.ErrorContains(t, err, "local rank 2 of 2")
 }
 

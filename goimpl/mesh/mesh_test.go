@@ -6,8 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -20,9 +20,55 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// testOptions are the engines' options in the tests (and their children):
+// the defaults, waits that yield when ranks outnumber the cores, so that
+// the tests of 3-8 goroutine ranks on a 2-core machine do not crawl, and
+// the measurement hooks GOHCCL_MESH_TEST_CHUNK and GOHCCL_MESH_TEST_STREAM.
+func testOptions(n int) Options {
+	o := DefaultOptions()
+	if n > 2 {
+		o.Wait = shm.Policy{Spin: 2 * time.Microsecond, Yield: true}
+	}
+	if v, err := strconv.Atoi(os.Getenv("GOHCCL_MESH_TEST_CHUNK")); err == nil {
+		o.Chunk = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("GOHCCL_MESH_TEST_STREAM")); err == nil {
+		o.StreamMin = v
+	}
+	return o
+}
+
+// schedules names the set of variants the tests run the operations with
+// (withSchedules): "default" is what goimpl/tune picks on a typical host
+// (one-shot, and two-phase from 16 KiB at three ranks and more),
+// "twophase" and "singlecopy" force those variants wherever the operation
+// has them. A child process reads it from GOHCCL_MESH_TEST_SCHEDULES.
+var schedules = "default"
+
+// variantFor is the variant of an operation of kind among n ranks moving
+// bytes per rank under the current schedules.
+func variantFor(kind transport.Kind, n, bytes int) Variant {
+	reducing := kind == transport.KindAllReduce || kind == transport.KindReduce
+	switch schedules {
+	case "twophase":
+		if reducing {
+			return TwoPhase
+		}
+	case "singlecopy":
+		if kind == transport.KindAllReduce || kind == transport.KindAllGather || kind == transport.KindBroadcast {
+			return SingleCopy
+		}
+	default:
+		if reducing && n > 2 && bytes > 16<<10 {
+			return TwoPhase
+		}
+	}
+	return OneShot
+}
+
 // region returns a zeroed, cache-line aligned heap region for n ranks.
 func region(n, budget int) []byte {
-	size := RegionSize(n, budget)
+	size := RegionSize(n, budget, testOptions(n))
 	raw := make([]byte, size+lineSize)
 	off := int(-uintptr(unsafe.Pointer(&raw[0])) & (lineSize - 1))
 	return raw[off : off+size : off+size]
@@ -33,8 +79,9 @@ func engines(t testing.TB, n, budget int) []*Engine {
 	mem := region(n, budget)
 	es := make([]*Engine, n)
 	for r := range n {
-		e, err := Attach(mem, n, r, budget)
+		e, err := Attach(mem, n, r, budget, testOptions(n))
 		require.NoError(t, err)
+		e.SetSingleCopy(schedules == "singlecopy")
 		es[r] = e
 	}
 	return es
@@ -56,17 +103,6 @@ func noErrors(t testing.TB, errs []error) {
 	for r, err := range errs {
 		require.NoError(t, err, "local rank %d", r)
 	}
-}
-
-// testPolicy makes waits yield when ranks outnumber the cores, so that the
-// tests of 3-8 goroutine ranks on this 2-core machine do not crawl.
-func testPolicy(t testing.TB, n int) {
-	if n <= 2 {
-		return
-	}
-	old := shm.CurrentPolicy()
-	shm.SetPolicy(shm.Policy{Spin: 2 * time.Microsecond, Yield: true})
-	t.Cleanup(func() { shm.SetPolicy(old) })
 }
 
 // newCall stamps a collective as the communicator would.
@@ -264,6 +300,7 @@ func runCollective(t testing.TB, es []*Engine, col collective, dt reduce.DType, 
 	outs := make([][]byte, n)
 	errs := onRanks(n, func(r int) error {
 		c := newCall(col.kind, dt, op, count, rootArg, seq)
+		c.Variant = variantFor(col.kind, n, count*dt.Size())
 		out, err := col.run(es[r], c, r, encode(dt, vals[r]), count)
 		outs[r] = out
 		return err
@@ -283,42 +320,36 @@ func runCollective(t testing.TB, es []*Engine, col collective, dt reduce.DType, 
 // piece, and several times the whole data area, so that streaming wraps
 // the buffers many times.
 func interesting(n, es, budget int) []int {
-	l := newLayout(n, budget)
-	one := switchBytes(n) / es
+	l := newLayout(n, budget, testOptions(n).Chunk)
+	one := (16 << 10) / es
 	area := n * depth * l.buf / es
 	cs := []int{0, 1, n - 1, 17, 1001, one - 1, one, one + 1, l.piece/es*n + 1, l.buf/es + 3, 3*area + 5}
 	return cs
 }
 
-// switchBytes is where the one-shot schedules give way to the two-phase
-// ones among n ranks, or, where one-shot runs at every size (two ranks),
-// a size to test around in case a test forces two-phase.
-func switchBytes(n int) int { return min(oneShotLimit(n), oneShotMax) }
-
-// withSchedules runs f, and for two ranks, where one-shot runs at every
-// size, again with the two-phase schedules above oneShotMax, so that they
-// are tested at n = 2 too, and again with the single-copy all-reduce,
-// allgather and broadcast at every size.
+// withSchedules runs f with the default schedules (variantFor), and for two
+// ranks, where those are one-shot at every size, again with the two-phase
+// all-reduce and reduce and again with the single-copy all-reduce,
+// allgather and broadcast at every size (where this process may use
+// process_vm_readv).
 func withSchedules(t *testing.T, n int, f func(t *testing.T)) {
 	t.Run("default", f)
 	if n != 2 {
 		return
 	}
-	pair, red, single, gather, bcast := oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin
-	defer func() {
-		oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin = pair, red, single, gather, bcast
-	}()
-	oneShotPair, reducePair = oneShotMax, reduceMax
+	defer func() { schedules = "default" }()
+	schedules = "twophase"
 	t.Run("two-phase", f)
-	oneShotPair, reducePair, singleCopyMin, gatherSingleCopyMin, bcastSingleCopyMin = pair, red, 1, 1, 1
-	t.Run("single-copy", f)
+	schedules = "singlecopy"
+	if cmaWorks() {
+		t.Run("single-copy", f)
+	}
 }
 
 func TestCollectives(t *testing.T) {
 	for n := 1; n <= 8; n++ {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			withSchedules(t, n, func(t *testing.T) {
-				testPolicy(t, n)
 				es := engines(t, n, MinBudget)
 				seq := uint64(1)
 				for _, col := range collectives {
@@ -341,11 +372,10 @@ func TestDTypesAndOps(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			withSchedules(t, n, func(t *testing.T) {
-				testPolicy(t, n)
 				es := engines(t, n, MinBudget)
 				seq := uint64(1)
 				for _, dt := range allDTypes {
-					counts := []int{1, 1001, switchBytes(n)/dt.Size() + 3, 3*newLayout(n, MinBudget).buf/dt.Size() + 1}
+					counts := []int{1, 1001, (16<<10)/dt.Size() + 3, 3*newLayout(n, MinBudget, testOptions(n).Chunk).buf/dt.Size() + 1}
 					for _, op := range allOps {
 						for _, col := range collectives {
 							if col.kind != transport.KindAllReduce && col.kind != transport.KindReduce && col.kind != transport.KindReduceScatter ||
@@ -370,9 +400,8 @@ func TestLargeBudget(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			withSchedules(t, n, func(t *testing.T) {
-				testPolicy(t, n)
 				es := engines(t, n, budget)
-				l := newLayout(n, budget)
+				l := newLayout(n, budget, testOptions(n).Chunk)
 				count := 3*n*depth*l.buf/4 + 11
 				seq := uint64(1)
 				for _, col := range collectives {
@@ -394,11 +423,10 @@ func TestRandomSequence(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			withSchedules(t, n, func(t *testing.T) {
-				testPolicy(t, n)
 				es := engines(t, n, MinBudget)
 				rng := rand.New(rand.NewPCG(uint64(n), 99))
-				l := newLayout(n, MinBudget)
-				sizes := []int{0, 1, 3, 64, 1000, switchBytes(n)/4 + 1, l.buf/4*2 + 7, 4 * l.buf}
+				l := newLayout(n, MinBudget, testOptions(n).Chunk)
+				sizes := []int{0, 1, 3, 64, 1000, (16<<10)/4 + 1, l.buf/4*2 + 7, 4 * l.buf}
 				seq := uint64(1)
 				for range 300 {
 					col := collectives[rng.IntN(len(collectives))]
@@ -424,9 +452,8 @@ func TestRandomSequence(t *testing.T) {
 // rank order on every rank.
 func TestIdenticalBits(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
-		testPolicy(t, n)
 		es := engines(t, n, MinBudget)
-		for _, count := range []int{100, switchBytes(n)/4 + 100, 20000} {
+		for _, count := range []int{100, (16<<10)/4 + 100, 20000} {
 			bufs := make([][]byte, n)
 			for r := range n {
 				rng := rand.New(rand.NewPCG(uint64(r), 5))
@@ -436,7 +463,9 @@ func TestIdenticalBits(t *testing.T) {
 				}
 			}
 			noErrors(t, onRanks(n, func(r int) error {
-				return es[r].AllReduce(newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, count, 0, uint64(count)), bufs[r])
+				c := newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, count, 0, uint64(count))
+				c.Variant = variantFor(transport.KindAllReduce, n, 4*count)
+				return es[r].AllReduce(c, bufs[r])
 			}))
 			for r := 1; r < n; r++ {
 				require.Equal(t, bufs[0], bufs[r], "n=%d count %d: local rank %d differs from rank 0", n, count, r)
@@ -449,7 +478,7 @@ func TestIdenticalBits(t *testing.T) {
 // nothing, on two goroutine ranks.
 func TestNoAllocs(t *testing.T) {
 	es := engines(t, 2, MinBudget)
-	l := newLayout(2, MinBudget)
+	l := newLayout(2, MinBudget, testOptions(2).Chunk)
 	for _, size := range []int{4096, 4 * l.buf} {
 		count := size / 4
 		bufs := [2][]byte{make([]byte, size), make([]byte, size)}
@@ -496,16 +525,18 @@ func cmaWorks() bool {
 }
 
 // TestSingleCopy runs the single-copy all-reduce, allgather and broadcast
-// at their real bounds, with uneven and odd sizes, and the all-reduce with
-// one rank refused cross-memory attach: the ranks then agree on one-shot,
-// for that operation and every later one.
+// at sizes where goimpl/tune picks them (megabytes), with uneven and odd
+// sizes, and checks that engines not told cross-memory attach works refuse
+// the variant on every rank with a sentence instead of running it.
 func TestSingleCopy(t *testing.T) {
 	if !cmaWorks() {
 		t.Skip("process_vm_readv is not permitted here")
 	}
+	defer func() { schedules = "default" }()
+	schedules = "singlecopy"
 	allreduce := collectives[0]
 	require.Equal(t, "allreduce", allreduce.name)
-	counts := []int{singleCopyMin / 4, singleCopyMin/4 + 3, 5*singleCopyMin/8 + 1}
+	counts := []int{1 << 20, 1<<20 + 3, 5<<17 + 1}
 	t.Run("works", func(t *testing.T) {
 		es := engines(t, 2, 8<<20)
 		seq := uint64(1)
@@ -516,30 +547,34 @@ func TestSingleCopy(t *testing.T) {
 		}
 		for _, gather := range collectives[5:7] {
 			require.Contains(t, gather.name, "allgather")
-			for _, count := range []int{gatherSingleCopyMin / 4, gatherSingleCopyMin/4 + 7, gatherSingleCopyMax / 4} {
+			for _, count := range []int{16 << 10, 16<<10 + 7, 4 << 20} {
 				seq = runCollective(t, es, gather, reduce.Float32, reduce.Sum, count, seq, int(seq))
 			}
 		}
 		broadcast := collectives[len(collectives)-1]
 		require.Equal(t, "broadcast", broadcast.name)
-		for _, count := range []int{bcastSingleCopyMin / 4, bcastSingleCopyMin/4 + 5, bcastSingleCopyMax / 4} {
+		for _, count := range []int{64 << 10, 64<<10 + 5, 4 << 20} {
 			seq = runCollective(t, es, broadcast, reduce.Float32, reduce.Sum, count, seq, int(seq))
 		}
-		for r, e := range es {
-			require.Equal(t, singleCopyWorks, e.cma, "local rank %d", r)
+	})
+	t.Run("not settled", func(t *testing.T) {
+		es := engines(t, 2, 8<<20)
+		for _, e := range es {
+			e.SetSingleCopy(false)
+		}
+		errs := onRanks(2, func(r int) error {
+			c := newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 1<<20, 0, 1)
+			c.Variant = SingleCopy
+			return es[r].AllReduce(c, make([]byte, 4<<20))
+		})
+		for r, err := range errs {
+			require.ErrorContains(t, err, "cross-memory attach was not found to work", "local rank %d", r)
 		}
 	})
-	t.Run("refused", func(t *testing.T) {
-		es := engines(t, 2, 8<<20)
-		refusals := 0
-		es[1].readPeer = func(int, []byte, uintptr) error { refusals++; return syscall.EPERM }
-		seq := uint64(1)
-		for _, count := range counts {
-			seq = runCollective(t, es, allreduce, reduce.Float32, reduce.Sum, count, seq, int(seq))
-		}
-		for r, e := range es {
-			require.Equal(t, singleCopyRefused, e.cma, "local rank %d", r)
-		}
-		require.Equal(t, 1, refusals, "the refused rank tries once")
+	t.Run("probe", func(t *testing.T) {
+		pid, addr, want := Probe()
+		require.True(t, CanReadPeer(pid, addr, want), "this process reads its own probe")
+		want[0] ^= 1
+		require.False(t, CanReadPeer(pid, addr, want), "a probe that reads back different bytes fails")
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -31,22 +30,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	// Measurement hooks: the same values reach the child through the
-	// environment.
-	for name, v := range map[string]*int{
-		"GOHCCL_MESH_TEST_STREAM":     &streamMin,
-		"GOHCCL_MESH_TEST_CHUNK":      &maxChunk,
-		"GOHCCL_MESH_TEST_ONESHOT":    &oneShotPair,
-		"GOHCCL_MESH_TEST_SINGLECOPY": &singleCopyMin,
-		"GOHCCL_MESH_TEST_GATHERCOPY": &gatherSingleCopyMin,
-		"GOHCCL_MESH_TEST_BCASTCOPY":  &bcastSingleCopyMin,
-	} {
-		if s := os.Getenv(name); s != "" {
-			*v, _ = strconv.Atoi(s)
-		}
-	}
-	if os.Getenv("GOHCCL_MESH_TEST_ONESHOT") != "" {
-		reducePair = oneShotPair
+	// The schedules reach the child through the environment (the
+	// options' measurement hooks do too: testOptions reads them).
+	if s := os.Getenv("GOHCCL_MESH_TEST_SCHEDULES"); s != "" {
+		schedules = s
 	}
 	if role := os.Getenv(childRole); role != "" {
 		if err := child(role); err != nil {
@@ -98,7 +85,7 @@ var segments atomic.Int64
 func startChild(tb testing.TB, role string, budget int) *proc {
 	tb.Helper()
 	name := fmt.Sprintf("%smeshtest-%d-%d", shm.Prefix, os.Getpid(), segments.Add(1))
-	seg, err := shm.Create(name, RegionSize(2, budget))
+	seg, err := shm.Create(name, RegionSize(2, budget, testOptions(2)))
 	require.NoError(tb, err)
 	ctl, err := shm.Create(name+"-ctl", ctlBytes)
 	require.NoError(tb, err)
@@ -113,7 +100,7 @@ func startChild(tb testing.TB, role string, budget int) *proc {
 		p.exited.Store(true)
 		p.done <- err
 	}()
-	e, err := Attach(seg.Bytes(), 2, 0, budget)
+	e, err := Attach(seg.Bytes(), 2, 0, budget, testOptions(2))
 	require.NoError(tb, err)
 	p.e = e
 	tb.Cleanup(func() {
@@ -158,7 +145,7 @@ func child(role string) error {
 	if err != nil {
 		return err
 	}
-	seg, err := shm.Open(name, RegionSize(2, budget))
+	seg, err := shm.Open(name, RegionSize(2, budget, testOptions(2)))
 	if err != nil {
 		return err
 	}
@@ -166,10 +153,11 @@ func child(role string) error {
 	if err != nil {
 		return err
 	}
-	e, err := Attach(seg.Bytes(), 2, 1, budget)
+	e, err := Attach(seg.Bytes(), 2, 1, budget, testOptions(2))
 	if err != nil {
 		return err
 	}
+	e.SetSingleCopy(schedules == "singlecopy")
 	parent := os.Getppid()
 	e.SetStop(func() error {
 		if os.Getppid() != parent {
@@ -197,7 +185,7 @@ func serve(e *Engine, ctl []byte, parent int) error {
 		return nil
 	}
 	for i := uint64(1); ; i++ {
-		if err := seq.WaitAtLeast(i, time.Now().Add(10*time.Minute), stop); err != nil {
+		if err := seq.WaitAtLeast(i, time.Now().Add(10*time.Minute), stop, nil); err != nil {
 			return err
 		}
 		op, size, iters := binary.LittleEndian.Uint64(ctl[ctlOp:]), int(binary.LittleEndian.Uint64(ctl[ctlSize:])), int(binary.LittleEndian.Uint64(ctl[ctlIters:]))
@@ -235,6 +223,7 @@ func serveOp(e *Engine, op int, buf, out []byte, seq uint64, iters, me int, end 
 	kind := [...]transport.Kind{serveAllReduce: transport.KindAllReduce, serveAllGather: transport.KindAllGather,
 		serveReduceScatter: transport.KindReduceScatter, serveBroadcast: transport.KindBroadcast, serveReduce: transport.KindReduce}[op]
 	c := newCall(kind, reduce.Float32, reduce.Sum, count, 0, 0)
+	c.Variant = variantFor(kind, 2, len(buf))
 	for i := range iters {
 		c.Stamp.Seq = seq + uint64(i)
 		t0 := time.Now()
@@ -275,7 +264,7 @@ func checkScript(e *Engine, me int) error {
 	seq := uint64(1)
 	l := e.lay
 	for _, col := range collectives {
-		for _, count := range []int{0, 1, 1001, oneShotMax/4 + 5, 5*l.buf/4 + 3} {
+		for _, count := range []int{0, 1, 1001, (16<<10)/4 + 5, 5*l.buf/4 + 3} {
 			dt, op := reduce.Float32, reduce.Sum
 			if col.kind == transport.KindReduceScatter {
 				dt, op = reduce.Int32, reduce.Max
@@ -287,6 +276,7 @@ func checkScript(e *Engine, me int) error {
 				rootArg = root(2)
 			}
 			c := newCall(col.kind, dt, op, count, rootArg, seq)
+			c.Variant = variantFor(col.kind, 2, count*dt.Size())
 			out, err := col.run(e, c, me, encode(dt, vals[me]), count)
 			if err != nil {
 				return fmt.Errorf("%s count %d: %w", col.name, count, err)
@@ -304,18 +294,11 @@ func TestTwoProcesses(t *testing.T) {
 	for _, budget := range []int{MinBudget, 8 << 20} {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
 			withSchedules(t, 2, func(t *testing.T) {
-				if oneShotPair != math.MaxInt {
-					t.Setenv("GOHCCL_MESH_TEST_ONESHOT", strconv.Itoa(oneShotPair))
-				}
-				t.Setenv("GOHCCL_MESH_TEST_SINGLECOPY", strconv.Itoa(singleCopyMin))
-				t.Setenv("GOHCCL_MESH_TEST_GATHERCOPY", strconv.Itoa(gatherSingleCopyMin))
-				t.Setenv("GOHCCL_MESH_TEST_BCASTCOPY", strconv.Itoa(bcastSingleCopyMin))
+				t.Setenv("GOHCCL_MESH_TEST_SCHEDULES", schedules)
 				p := startChild(t, "check", budget)
+				p.e.SetSingleCopy(schedules == "singlecopy")
 				require.NoError(t, checkScript(p.e, 0))
 				require.NoError(t, p.wait(t))
-				if singleCopyMin == 1 && cmaWorks() {
-					require.Equal(t, singleCopyWorks, p.e.cma, "process_vm_readv between the test's processes")
-				}
 			})
 		})
 	}

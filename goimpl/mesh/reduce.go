@@ -3,14 +3,14 @@ package mesh
 // Reduce reduces buf over the local ranks into root's buf, in place; the
 // other ranks' buf is left as it was.
 //
-// Up to reduceLimit bytes the root reduces every input itself: every
+// OneShot: the root reduces every input itself: every
 // rank copies its chunk into its buffer (the root only if it is rank 2 or
 // later, see allReduceOneShot) and publishes it, the root waits for all and
 // reduces in rank order into buf. The others wait only for a free buffer,
 // and at the last chunk for the root's stamp. Per rank: S read and written by the others; (n+1)S read and S
 // written by the root.
 //
-// Above, it is the two-phase all-reduce whose second phase only the root
+// TwoPhase: the two-phase all-reduce whose second phase only the root
 // runs: every rank reduces its piece of each chunk into its buffer, and
 // the root copies all of them out. Per rank: (2n-1)/n S read and S written
 // by the others, (3n-1)/n S read and 2S written by the root.
@@ -22,21 +22,15 @@ func (e *Engine) Reduce(c *Call, buf []byte, root int) error {
 	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
-	return e.run(c, schedReduceOneShot, len(buf) == 0, nil, func() error {
-		if len(buf) <= reduceLimit(e.n) {
-			return e.reduceOneShot(buf, root)
-		}
-		return e.twoPhase(schedReduceTwoPhase, buf, len(buf)/es, root)
-	})
-}
-
-// reduceLimit is the largest Reduce, in bytes per rank, that runs one-shot
-// among n ranks (see reducePair and reduceMax).
-func reduceLimit(n int) int {
-	if n == 2 {
-		return reducePair
+	if err := e.checkVariant(c, OneShot, TwoPhase); err != nil {
+		return err
 	}
-	return reduceMax
+	return e.run(c, schedReduceOneShot, len(buf) == 0, nil, func() error {
+		if c.Variant == TwoPhase {
+			return e.twoPhase(schedReduceTwoPhase, buf, len(buf)/es, root)
+		}
+		return e.reduceOneShot(buf, root)
+	})
 }
 
 // reduceOneShot is the small-message schedule of Reduce (see Reduce).

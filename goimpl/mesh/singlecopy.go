@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"time"
 	"unsafe"
 
 	"github.com/gohccl/gohccl/goimpl/algo/pattern"
@@ -18,51 +19,39 @@ import (
 // rank moves (n = 2, S bytes):
 //
 //	single copy: reads 2S, writes 1.5S; three waits per operation
-//	one-shot:    reads 3S, writes 2S;   one wait per 64 KiB chunk
+//	one-shot:    reads 3S, writes 2S;   one wait per chunk
 //
 // The kernel's copy runs at about memcpy's rate while the data is in cache,
-// so the saving is a third of the bytes; below singleCopyMin the system
-// calls and the two extra waits cost more than that, and above
-// singleCopyMax the kernel's copy of pages out of cache is the slower one.
+// so the saving is a third of the bytes; for small messages the system
+// calls and the extra waits cost more than that, and for messages far
+// beyond the caches the kernel's copy of pages out of cache is the slower
+// one. goimpl/tune prices both from this host's measured figures and names
+// the schedule in Call.Variant.
 //
 // Cross-memory attach needs the permission to ptrace the peer (same user,
 // and no Yama or seccomp policy against it), which is not known until it is
-// tried. The first operation of an engine that qualifies therefore tries it
-// on both ranks and exchanges the verdicts; both ranks then go on with the
-// same schedule for the rest of the engine's life: single copy when both
-// could read, one-shot otherwise.
-
-// singleCopy is what an engine knows of cross-memory attach to its peer.
-type singleCopy uint8
-
-const (
-	singleCopyUntried singleCopy = iota
-	singleCopyWorks
-	singleCopyRefused
-)
+// tried. The communicator tries it while it sets the engine up (Probe and
+// CanReadPeer, the verdicts exchanged through its store) and tells the
+// engine with SetSingleCopy; the single-copy variants fail on an engine
+// that was not told it works.
 
 // singleCopyScratch is the bytes of the peer's half read before they are
 // reduced: small enough to stay in L2 between the read and the reduction.
 const singleCopyScratch = 256 << 10
 
 // The record a rank posts in its buffer for a single-copy operation: its
-// pid, the address and length of its message, and (in the first operation)
-// whether it could read the peer's.
+// pid and the address and length of its message.
 const (
-	scPid   = 0
-	scAddr  = 8
-	scLen   = 16
-	scWorks = 24
+	scPid  = 0
+	scAddr = 8
+	scLen  = 16
 )
 
-// allReduceSingleCopy runs the single-copy schedule on buf, or reports
-// false, having moved none of it, when buf is outside its bounds or this
-// engine's ranks cannot use cross-memory attach (startSingleCopy; the
-// caller then runs the region's schedule).
-func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
-	m, ok, err := e.startSingleCopy(schedAllReduceSingleCopy, buf, singleCopyMin, singleCopyMax)
-	if !ok || err != nil {
-		return err != nil, err
+// allReduceSingleCopy runs the single-copy schedule on buf.
+func (e *Engine) allReduceSingleCopy(buf []byte) error {
+	m, err := e.startSingleCopy(schedAllReduceSingleCopy, buf)
+	if err != nil {
+		return err
 	}
 	peer := 1 - e.me
 	es := e.call.DType.Size()
@@ -74,7 +63,7 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 		own := buf[off:min(off+len(scratch), mhi)]
 		theirs := scratch[:len(own)]
 		if err := e.readFrom(peer, m.pid, theirs, m.addr+uintptr(off)); err != nil {
-			return true, err
+			return err
 		}
 		if e.me == 0 {
 			e.call.Kernel3(own, own, theirs)
@@ -85,48 +74,47 @@ func (e *Engine) allReduceSingleCopy(buf []byte) (ran bool, err error) {
 	e.ready[e.me].Store(2*m.k + 2)
 	// The peer's half, reduced, straight into buf.
 	if err := e.await(peer, 2*m.k+2, m.b, false, false); err != nil {
-		return true, err
+		return err
 	}
 	if err := e.readFrom(peer, m.pid, buf[plo:phi], m.addr+uintptr(plo)); err != nil {
-		return true, err
+		return err
 	}
-	return true, e.finishSingleCopy(m.k)
+	return e.finishSingleCopy(m.k)
 }
 
 // allGatherSingleCopy is the allgather of two ranks over cross-memory
 // attach: each rank reads the peer's in straight into its block of out.
 // Per rank: reads S/2 (across), writes S/2, plus its own block's copy when
-// in is not already there. Reports false, as allReduceSingleCopy.
-func (e *Engine) allGatherSingleCopy(in, out []byte) (ran bool, err error) {
-	m, ok, err := e.startSingleCopy(schedAllGatherSingleCopy, in, gatherSingleCopyMin, gatherSingleCopyMax)
-	if !ok || err != nil {
-		return err != nil, err
+// in is not already there.
+func (e *Engine) allGatherSingleCopy(in, out []byte) error {
+	m, err := e.startSingleCopy(schedAllGatherSingleCopy, in)
+	if err != nil {
+		return err
 	}
 	peer, l := 1-e.me, len(in)
 	if own := out[e.me*l : (e.me+1)*l]; &own[0] != &in[0] {
 		copy(own, in)
 	}
 	if err := e.readFrom(peer, m.pid, out[peer*l:(peer+1)*l], m.addr); err != nil {
-		return true, err
+		return err
 	}
-	return true, e.finishSingleCopy(m.k)
+	return e.finishSingleCopy(m.k)
 }
 
 // broadcastSingleCopy is the broadcast of two ranks over cross-memory
 // attach: the other rank reads root's buf straight into its own. Per rank:
-// the reader reads and writes S (across), the root nothing. Reports false,
-// as allReduceSingleCopy.
-func (e *Engine) broadcastSingleCopy(buf []byte, root int) (ran bool, err error) {
-	m, ok, err := e.startSingleCopy(schedBroadcastSingleCopy, buf, bcastSingleCopyMin, bcastSingleCopyMax)
-	if !ok || err != nil {
-		return err != nil, err
+// the reader reads and writes S (across), the root nothing.
+func (e *Engine) broadcastSingleCopy(buf []byte, root int) error {
+	m, err := e.startSingleCopy(schedBroadcastSingleCopy, buf)
+	if err != nil {
+		return err
 	}
 	if e.me != root {
 		if err := e.readFrom(root, m.pid, buf, m.addr); err != nil {
-			return true, err
+			return err
 		}
 	}
-	return true, e.finishSingleCopy(m.k)
+	return e.finishSingleCopy(m.k)
 }
 
 // peerMessage is what a single-copy operation's address exchange took:
@@ -139,26 +127,18 @@ type peerMessage struct {
 }
 
 // startSingleCopy begins an operation of single-copy schedule s on buf, the
-// message whose address the ranks exchange, when two ranks run it, len(buf)
-// lies in [lo, hi] and cross-memory attach works between them (settled at
-// the engine's first such operation, trySingleCopy). ok false, with no
-// error, means the region's schedule runs instead.
-func (e *Engine) startSingleCopy(s schedule, buf []byte, lo, hi int) (m peerMessage, ok bool, err error) {
-	if e.n != 2 || len(buf) < lo || len(buf) > hi {
-		return m, false, nil
-	}
-	if e.cma == singleCopyUntried {
-		if err := e.trySingleCopy(s, buf); err != nil {
-			return m, false, err
-		}
-	}
-	if e.cma != singleCopyWorks {
-		return m, false, nil
+// message whose address the ranks exchange.
+func (e *Engine) startSingleCopy(s schedule, buf []byte) (m peerMessage, err error) {
+	switch {
+	case e.n != 2:
+		return m, fmt.Errorf("mesh: %s: the single-copy schedules run on two local ranks, not %d", describeOp(&e.call.Stamp), e.n)
+	case !e.cma:
+		return m, fmt.Errorf("mesh: %s: single copy asked for, but cross-memory attach was not found to work between the local ranks", describeOp(&e.call.Stamp))
 	}
 	e.chunks = 1
 	m.k, m.b = e.step(0)
 	m.pid, m.addr, err = e.exchangeAddress(s, m.k, m.b, buf)
-	return m, err == nil, err
+	return m, err
 }
 
 // finishSingleCopy releases chunk k and waits for the peer's release: the
@@ -175,40 +155,36 @@ func (e *Engine) finishSingleCopy(k uint64) error {
 	return nil
 }
 
-// trySingleCopy settles e.cma on both ranks, in two chunks: the ranks
-// exchange their messages' addresses, each tries to read a few bytes of the
-// peer's, and they exchange the verdicts.
-func (e *Engine) trySingleCopy(s schedule, buf []byte) error {
-	peer := 1 - e.me
-	e.chunks = 2
-	k, b := e.step(0)
-	pid, addr, err := e.exchangeAddress(s, k, b, buf)
-	if err != nil {
-		return err
-	}
-	probe := e.scratchBuf()[:min(64, len(buf))]
-	works := e.readPeer(pid, probe, addr) == nil
-	k1, b1 := e.step(1)
-	if err := e.claim(k1); err != nil {
-		return err
-	}
-	e.open(s, k1)
-	e.slot(e.me, b1)[scWorks] = 0
-	if works {
-		e.slot(e.me, b1)[scWorks] = 1
-	}
-	e.post(b1, 2*k1+1)
-	if err := e.await(peer, 2*k1+1, b1, true, false); err != nil {
-		return err
-	}
-	e.cma = singleCopyRefused
-	if works && e.slot(peer, b1)[scWorks] == 1 {
-		e.cma = singleCopyWorks
-	}
-	e.release(k)
-	e.release(k1)
-	e.k += 2
-	return nil
+// SetSingleCopy tells the engine whether its two ranks may read each
+// other's memory (the SingleCopy variants). Every local rank must be told
+// the same; call it before the first operation.
+func (e *Engine) SetSingleCopy(works bool) { e.cma = works }
+
+// SingleCopy reports what SetSingleCopy said.
+func (e *Engine) SingleCopy() bool { return e.cma }
+
+// probe is what Probe publishes and CanReadPeer reads back: a value only
+// this process holds, at an address of this process.
+var probe = func() *[2]uint64 {
+	p := new([2]uint64)
+	p[0] = uint64(os.Getpid())<<32 ^ uint64(time.Now().UnixNano())
+	p[1] = ^p[0]
+	return p
+}()
+
+// Probe returns what a peer needs to test cross-memory attach to this
+// process: its pid, an address in it and the 16 bytes found there.
+func Probe() (pid int, addr uintptr, want [16]byte) {
+	binary.LittleEndian.PutUint64(want[:], probe[0])
+	binary.LittleEndian.PutUint64(want[8:], probe[1])
+	return os.Getpid(), uintptr(unsafe.Pointer(probe)), want
+}
+
+// CanReadPeer reports whether this process may read process pid's memory:
+// the 16 bytes at addr (from the peer's Probe) read back as want.
+func CanReadPeer(pid int, addr uintptr, want [16]byte) bool {
+	var got [16]byte
+	return processVMRead(pid, got[:], addr) == nil && got == want
 }
 
 // exchangeAddress posts, for chunk k of schedule s in buffer b, this

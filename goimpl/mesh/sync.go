@@ -160,7 +160,7 @@ func (e *Engine) wait(cs []*shm.Counter, j int, v uint64, what string, all bool)
 		return nil
 	}
 	e.waitC, e.waitV = c, v
-	err := c.WaitAtLeast(v, e.deadline, e.stopFn)
+	err := c.WaitAtLeast(v, e.deadline, e.stopFn, &e.opt.Wait)
 	e.waitC = nil
 	switch {
 	case err == nil:

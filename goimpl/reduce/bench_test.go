@@ -89,7 +89,6 @@ func benchFill(rng *rand.Rand, dt DType, p []byte, one bool) {
 // some CPUs) and then zero; the time includes that copy. The bytes counted are
 // 2*n*size: buf read and written by the division.
 func BenchmarkDivide(b *testing.B) {
-	defer func() { _ = SelectPath("auto") }()
 	rng := rand.New(rand.NewPCG(17, 18))
 	for _, dt := range allDTypes {
 		if dt == Bool {
@@ -98,15 +97,12 @@ func BenchmarkDivide(b *testing.B) {
 		for _, p := range runnablePaths(b) {
 			for _, n := range benchElements {
 				b.Run(fmt.Sprintf("%s/%s/%d", dt, p.name, n), func(b *testing.B) {
-					if err := SelectPath(p.name); err != nil {
-						b.Fatal(err)
-					}
 					orig, buf := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
 					benchFill(rng, dt, orig, false)
 					b.SetBytes(int64(2 * len(buf)))
 					for b.Loop() {
 						copy(buf, orig)
-						DivideInPlace(dt, buf, 3)
+						p.Divide(dt, buf, 3)
 					}
 				})
 			}

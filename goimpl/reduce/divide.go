@@ -19,15 +19,18 @@ func truth(b byte) byte {
 // as torch's integer division of a sum by the group size does with trunc rounding.
 // Bool is refused by Check(Bool, Avg) and left alone here. n must be at least 1: a
 // divisor below 1 is a bug in the caller, and DivideInPlace panics rather than
-// writing a wrong average.
-func DivideInPlace(dt DType, buf []byte, n int) {
+// writing a wrong average. It runs on the best path; Path.Divide on another.
+func DivideInPlace(dt DType, buf []byte, n int) { best.Divide(dt, buf, n) }
+
+// Divide is DivideInPlace on path p.
+func (p *Path) Divide(dt DType, buf []byte, n int) {
 	if n < 1 {
 		panic(fmt.Sprintf("reduce: DivideInPlace of %s by %d; the divisor is a group size, at least 1", dt, n))
 	}
 	if n == 1 {
 		return
 	}
-	if d := active.Load().divide[dt]; d != nil {
+	if d := p.divide[dt]; d != nil {
 		d(buf, n)
 		return
 	}

@@ -27,8 +27,8 @@ type asmDivide struct {
 // features it needs that this machine lacks. cpuid reports a feature only when the
 // operating system also saves its registers (XCR0), so a kernel that runs without
 // OS support for the YMM or ZMM state is not possible here.
-func platformPaths() []*path {
-	return []*path{
+func platformPaths() []*Path {
+	return []*Path{
 		asmPath(PathAVX2, &avx2Kernels, &avx2Divides, missing(map[string]cpuid.FeatureID{
 			"AVX2": cpuid.AVX2, "F16C": cpuid.F16C})),
 		asmPath(PathAVX512, &avx512Kernels, &avx512Divides, missing(map[string]cpuid.FeatureID{
@@ -52,7 +52,7 @@ func missing(need map[string]cpuid.FeatureID) string {
 
 // asmPath wraps each assembly kernel so that it sees only whole vectors; the scalar
 // kernel finishes the rest, fewer than one vector's worth of elements.
-func asmPath(name string, asm *[numDTypes][numOps]asmKernel, div *[numDTypes]asmDivide, missing string) *path {
+func asmPath(name string, asm *[numDTypes][numOps]asmKernel, div *[numDTypes]asmDivide, missing string) *Path {
 	var table [numDTypes][numOps]Kernel3
 	for dt := range numDTypes {
 		for op := range numOps {

@@ -4,4 +4,4 @@ package reduce
 
 // platformPaths returns no assembly paths: other platforms, and amd64 built with the
 // purego tag, run the scalar kernels.
-func platformPaths() []*path { return nil }
+func platformPaths() []*Path { return nil }

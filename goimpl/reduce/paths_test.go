@@ -9,8 +9,8 @@ import (
 
 // runnablePaths returns the paths this CPU can run, scalar included: a path the CPU
 // lacks is reported as skipped rather than silently left out.
-func runnablePaths(t testing.TB) []*path {
-	var ps []*path
+func runnablePaths(t testing.TB) []*Path {
+	var ps []*Path
 	for _, p := range allPaths {
 		if p.missing != "" {
 			t.Logf("path %s not tested here: this CPU lacks %s", p.name, p.missing)
@@ -54,7 +54,7 @@ func TestPaths(t *testing.T) {
 	}
 }
 
-func checkPath(t testing.TB, rng *rand.Rand, p *path, dt DType, op Op, lengths []int) {
+func checkPath(t testing.TB, rng *rand.Rand, p *Path, dt DType, op Op, lengths []int) {
 	s := dt.Size()
 	maxN := lengths[len(lengths)-1]
 	const pad = 16

@@ -3,7 +3,7 @@
 // a portable Go path for every pair and hand-written AVX2 and AVX-512 assembly on amd64,
 // chosen once at start-up from the CPU's features.
 //
-// A collective calls Lookup once per operation and then runs the returned kernel on
+// A collective calls Path.Lookup once per operation and then runs the returned kernel on
 // every chunk; the kernels allocate nothing.
 //
 // # Semantics
@@ -32,8 +32,9 @@
 //
 // A path is a complete table of kernels for one instruction set: "scalar" (portable
 // Go, every platform), "avx2" (AVX2 and F16C) and "avx512" (AVX-512 F, BW and DQ).
-// Where a path has no assembly for a pair it uses the scalar kernel. The best path the
-// CPU supports is active from init; SelectPath forces another (GOHCCL_SIMD).
+// Where a path has no assembly for a pair it uses the scalar kernel. Best returns the
+// best path the CPU supports; PathNamed another (GOHCCL_SIMD). A path is a value each
+// communicator holds, so communicators of one process may use different ones.
 //
 // docs/kernels.md gives the measured throughput of each path.
 package reduce
@@ -45,7 +46,6 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync/atomic"
 )
 
 // Kernel computes dst[i] = dst[i] op src[i] for the len(dst)/dt.Size() elements of
@@ -70,9 +70,9 @@ const (
 	PathAVX512 = "avx512"
 )
 
-// path is one complete kernel table. kernel2 wraps kernel3 once per pair at init, so
+// Path is one complete kernel table. kernel2 wraps kernel3 once per pair at init, so
 // that Lookup hands out both without allocating.
-type path struct {
+type Path struct {
 	name    string
 	kernel3 [numDTypes][numOps]Kernel3
 	kernel2 [numDTypes][numOps]Kernel
@@ -84,18 +84,22 @@ type path struct {
 
 // allPaths lists every path known to this build, worst first: scalar, then the
 // assembly paths of the platform (paths_amd64.go).
-var allPaths = append([]*path{newPath(PathScalar, nil, "")}, platformPaths()...)
+var allPaths = append([]*Path{newPath(PathScalar, nil, "")}, platformPaths()...)
 
-// active is the path Lookup serves from.
-var active atomic.Pointer[path]
-
-func init() {
-	active.Store(best())
-}
+// best is the last path the CPU supports, found once.
+var best = func() *Path {
+	var b *Path
+	for _, p := range allPaths {
+		if p.missing == "" {
+			b = p
+		}
+	}
+	return b
+}()
 
 // newPath builds a path from its assembly kernels; nil entries fall back to scalar.
-func newPath(name string, asm *[numDTypes][numOps]Kernel3, missing string) *path {
-	p := &path{name: name, missing: missing}
+func newPath(name string, asm *[numDTypes][numOps]Kernel3, missing string) *Path {
+	p := &Path{name: name, missing: missing}
 	for dt := range numDTypes {
 		for op := range numOps {
 			if Check(DType(dt), Op(op)) != nil {
@@ -119,26 +123,23 @@ func newPath(name string, asm *[numDTypes][numOps]Kernel3, missing string) *path
 	return p
 }
 
-// best returns the last path the CPU supports.
-func best() *path {
-	var b *path
-	for _, p := range allPaths {
-		if p.missing == "" {
-			b = p
-		}
-	}
-	return b
-}
+// Best returns the best path this CPU supports.
+func Best() *Path { return best }
 
-// Lookup returns the kernels for (dt, op) on the active path, or Check's error. Avg
-// returns the Sum kernels: the caller divides with DivideInPlace after the last step.
-func Lookup(dt DType, op Op) (Kernel, Kernel3, error) {
+// Name returns the path's name, as GOHCCL_SIMD takes it.
+func (p *Path) Name() string { return p.name }
+
+// Lookup returns the kernels for (dt, op) on path p, or Check's error. Avg returns
+// the Sum kernels: the caller divides with p.Divide after the last step.
+func (p *Path) Lookup(dt DType, op Op) (Kernel, Kernel3, error) {
 	if err := Check(dt, op); err != nil {
 		return nil, nil, err
 	}
-	p := active.Load()
 	return p.kernel2[dt][op], p.kernel3[dt][op], nil
 }
+
+// Lookup is Best().Lookup.
+func Lookup(dt DType, op Op) (Kernel, Kernel3, error) { return best.Lookup(dt, op) }
 
 // Paths returns the names of the paths this CPU supports, best last.
 func Paths() []string {
@@ -151,36 +152,29 @@ func Paths() []string {
 	return names
 }
 
-// ActivePath returns the name of the path Lookup serves from.
-func ActivePath() string { return active.Load().name }
-
-// SelectPath makes name the active path; "" and "auto" select the best one the CPU
-// supports. It fails, leaving the active path as it was, if the name is unknown or the
-// CPU lacks a feature the path needs. Kernels already returned by Lookup keep running
-// the path they came from.
-func SelectPath(name string) error {
+// PathNamed returns the path called name; "" and "auto" name the best one the CPU
+// supports. It fails if the name is unknown or the CPU lacks a feature the path needs.
+func PathNamed(name string) (*Path, error) {
 	if name == "" || name == "auto" {
-		active.Store(best())
-		return nil
+		return best, nil
 	}
 	p := pathByName(name)
 	switch {
 	case p == nil && (name == PathAVX2 || name == PathAVX512):
-		return fmt.Errorf("reduce: SIMD path %s needs an amd64 build; this one is %s (supported: %s)",
+		return nil, fmt.Errorf("reduce: SIMD path %s needs an amd64 build; this one is %s (supported: %s)",
 			name, runtime.GOARCH, strings.Join(Paths(), ", "))
 	case p == nil:
-		return fmt.Errorf("reduce: unknown SIMD path %q (valid: auto, %s, %s, %s)",
+		return nil, fmt.Errorf("reduce: unknown SIMD path %q (valid: auto, %s, %s, %s)",
 			name, PathScalar, PathAVX2, PathAVX512)
 	case p.missing != "":
-		return fmt.Errorf("reduce: SIMD path %s needs %s, which this CPU lacks (supported: %s)",
+		return nil, fmt.Errorf("reduce: SIMD path %s needs %s, which this CPU lacks (supported: %s)",
 			name, p.missing, strings.Join(Paths(), ", "))
 	}
-	active.Store(p)
-	return nil
+	return p, nil
 }
 
 // pathByName returns the named path even if this CPU cannot run it, for tests.
-func pathByName(name string) *path {
+func pathByName(name string) *Path {
 	for _, p := range allPaths {
 		if p.name == name {
 			return p

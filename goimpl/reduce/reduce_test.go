@@ -268,14 +268,13 @@ func TestHalfConversions(t *testing.T) {
 }
 
 func TestDivideInPlace(t *testing.T) {
-	defer func() { require.NoError(t, SelectPath("auto")) }()
 	for _, p := range runnablePaths(t) {
-		require.NoError(t, SelectPath(p.name))
-		testDivideInPlace(t, p.name)
+		testDivideInPlace(t, p)
 	}
 }
 
-func testDivideInPlace(t *testing.T, pathName string) {
+func testDivideInPlace(t *testing.T, p *Path) {
+	pathName := p.Name()
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, dt := range allDTypes {
 		if dt == Bool {
@@ -294,26 +293,24 @@ func testDivideInPlace(t *testing.T, pathName string) {
 					want = append(want, refDivide(dt, buf[i:i+s], n)...)
 				}
 				orig := bytes.Clone(buf)
-				DivideInPlace(dt, buf, n)
+				p.Divide(dt, buf, n)
 				requireSame(t, dt, Avg, buf[:512*s], want, orig, orig, "divide")
 				assert.Equal(t, orig[512*s:], buf[512*s:])
 			})
 		}
 	}
-	assert.Panics(t, func() { DivideInPlace(Float32, make([]byte, 8), 0) }, pathName)
+	assert.Panics(t, func() { p.Divide(Float32, make([]byte, 8), 0) }, pathName)
 	// Truncation toward zero, not floor.
 	b := []byte{0xf9} // int8 -7
-	DivideInPlace(Int8, b, 2)
+	p.Divide(Int8, b, 2)
 	assert.Equal(t, byte(0xfd), b[0]) // -3
 }
 
-func TestSelectPath(t *testing.T) {
-	defer func() { require.NoError(t, SelectPath("auto")) }()
+func TestPathNamed(t *testing.T) {
 	paths := Paths()
 	require.NotEmpty(t, paths)
 	assert.Equal(t, PathScalar, paths[0])
-	auto := best().name
-	assert.Equal(t, auto, ActivePath(), "the best path is active from init")
+	auto := Best().Name()
 	assert.Equal(t, paths[len(paths)-1], auto, "auto runs the best path this CPU supports")
 	switch {
 	case containsName(paths, PathAVX512):
@@ -322,21 +319,25 @@ func TestSelectPath(t *testing.T) {
 		assert.Equal(t, PathAVX2, auto, "an AVX2 machine runs avx2 unless told otherwise")
 	}
 	for _, name := range paths {
-		require.NoError(t, SelectPath(name))
-		assert.Equal(t, name, ActivePath())
+		p, err := PathNamed(name)
+		require.NoError(t, err)
+		assert.Equal(t, name, p.Name())
 	}
-	err := SelectPath("sse9")
+	_, err := PathNamed("sse9")
 	assert.EqualError(t, err, `reduce: unknown SIMD path "sse9" (valid: auto, scalar, avx2, avx512)`)
 	for _, name := range []string{PathAVX2, PathAVX512} {
 		if !containsName(paths, name) {
-			err := SelectPath(name)
+			_, err := PathNamed(name)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), name)
 			t.Logf("%s unavailable: %v", name, err)
 		}
 	}
-	require.NoError(t, SelectPath(""))
-	assert.Equal(t, auto, ActivePath())
+	for _, name := range []string{"", "auto"} {
+		p, err := PathNamed(name)
+		require.NoError(t, err)
+		assert.Equal(t, auto, p.Name())
+	}
 }
 
 func containsName(list []string, s string) bool {

@@ -80,18 +80,19 @@ type Policy struct {
 	YieldFor time.Duration
 }
 
-var policy atomic.Pointer[Policy]
-
-func init() { SetPolicy(DefaultPolicy) }
-
 // DefaultPolicy is the wait policy of a host with a core per local rank.
+// A policy is the communicator's (it passes its own to every wait), so two
+// communicators of one process may wait differently.
 var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Millisecond}
 
-// SetPolicy sets the wait policy of this process.
-func SetPolicy(p Policy) { policy.Store(&p) }
-
-// CurrentPolicy returns the wait policy of this process.
-func CurrentPolicy() Policy { return *policy.Load() }
+// OversubscribedPolicy is the wait policy of a host with more local ranks
+// than cores: a spinning rank would hold the core the rank it waits for
+// needs, and so does one polling with sched_yield, which CFS hands straight
+// back to the poller. A few microseconds of yielding polls, then the futex:
+// with 4 ranks on 2 cores, a 1 ms yield phase made 16 MiB all-reduces
+// 25-105 ms against 18-21 ms, and 4 KiB broadcasts 1.2-1.8 ms against
+// 330-360 us (docs/transports.md).
+var OversubscribedPolicy = Policy{Spin: 5 * time.Microsecond, Yield: true}
 
 var lockedCallers atomic.Bool
 
@@ -105,11 +106,12 @@ func SetLockedCallers(locked bool) { lockedCallers.Store(locked) }
 // notices its stop condition (a broken or aborted communicator) promptly.
 const SleepSlice = 10 * time.Millisecond
 
-// WaitAtLeast waits until the count is at least v. It returns ErrDeadline
-// at deadline, or the first error stop returns (stop may be nil; it is
-// called between sleeps, not while spinning).
-func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) error {
-	return c.WaitAtLeastPolling(v, deadline, stop, SleepSlice)
+// WaitAtLeast waits until the count is at least v, under policy p (nil:
+// DefaultPolicy). It returns ErrDeadline at deadline, or the first error
+// stop returns (stop may be nil; it is called between sleeps, not while
+// spinning).
+func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error, p *Policy) error {
+	return c.WaitAtLeastPolling(v, deadline, stop, SleepSlice, p)
 }
 
 // WaitAtLeastPolling is WaitAtLeast with each futex sleep, and so the gap
@@ -118,11 +120,13 @@ func (c *Counter) WaitAtLeast(v uint64, deadline time.Time, stop func() error) e
 // until the runtime's sysmon takes it back, and each such retake puts
 // sysmon back to its fastest tick, from which it preempts the threads C
 // calls in on thousands of times a second (docs/mesh.md).
-func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() error, poll time.Duration) error {
+func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() error, poll time.Duration, p *Policy) error {
 	if c.v.Load() >= v {
 		return nil
 	}
-	p := policy.Load()
+	if p == nil {
+		p = &DefaultPolicy
+	}
 	start := time.Now()
 	for i := 1; ; i++ {
 		if c.v.Load() >= v {

@@ -81,8 +81,6 @@ var sink byte
 func TestCounterWait(t *testing.T) {
 	for _, p := range []Policy{DefaultPolicy, {Spin: 50 * time.Microsecond}, {Spin: 0}, {Spin: time.Microsecond, Yield: true}, {YieldFor: time.Millisecond}} {
 		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
-			SetPolicy(p)
-			defer SetPolicy(DefaultPolicy)
 			mem := make([]byte, 2*CounterSize)
 			ping, pong := CounterAt(mem, 0), CounterAt(mem, CounterSize)
 			const rounds = 2000
@@ -91,7 +89,7 @@ func TestCounterWait(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := uint64(1); i <= rounds; i++ {
-					if err := ping.WaitAtLeast(i, time.Now().Add(10*time.Second), nil); err != nil {
+					if err := ping.WaitAtLeast(i, time.Now().Add(10*time.Second), nil, &p); err != nil {
 						t.Error(err)
 						return
 					}
@@ -100,7 +98,7 @@ func TestCounterWait(t *testing.T) {
 			}()
 			for i := uint64(1); i <= rounds; i++ {
 				ping.Store(i)
-				require.NoError(t, pong.WaitAtLeast(i, time.Now().Add(10*time.Second), nil))
+				require.NoError(t, pong.WaitAtLeast(i, time.Now().Add(10*time.Second), nil, &p))
 			}
 			wg.Wait()
 		})
@@ -111,7 +109,7 @@ func TestCounterDeadlineAndStop(t *testing.T) {
 	mem := make([]byte, CounterSize)
 	c := CounterAt(mem, 0)
 	t0 := time.Now()
-	require.ErrorIs(t, c.WaitAtLeast(1, time.Now().Add(30*time.Millisecond), nil), ErrDeadline)
+	require.ErrorIs(t, c.WaitAtLeast(1, time.Now().Add(30*time.Millisecond), nil, nil), ErrDeadline)
 	require.Less(t, time.Since(t0), time.Second)
 
 	stopped := fmt.Errorf("stopped")
@@ -123,7 +121,7 @@ func TestCounterDeadlineAndStop(t *testing.T) {
 			return *p
 		}
 		return nil
-	})
+	}, nil)
 	require.ErrorIs(t, err, stopped)
 	require.Less(t, time.Since(t0), time.Second, "a stop is seen within a sleep slice")
 }
@@ -131,11 +129,10 @@ func TestCounterDeadlineAndStop(t *testing.T) {
 func TestCounterPollSpacesStopCalls(t *testing.T) {
 	mem := make([]byte, CounterSize)
 	c := CounterAt(mem, 0)
-	SetPolicy(Policy{}) // straight to the futex
-	defer SetPolicy(DefaultPolicy)
+	futex := &Policy{} // straight to the futex
 	const wait, poll = 300 * time.Millisecond, 60 * time.Millisecond
 	calls := 0
-	err := c.WaitAtLeastPolling(1, time.Now().Add(wait), func() error { calls++; return nil }, poll)
+	err := c.WaitAtLeastPolling(1, time.Now().Add(wait), func() error { calls++; return nil }, poll, futex)
 	require.ErrorIs(t, err, ErrDeadline)
 	require.LessOrEqual(t, calls, int(wait/poll)+1, "stop is called once per sleep, and a sleep lasts the poll")
 	require.GreaterOrEqual(t, calls, 1)
@@ -143,6 +140,6 @@ func TestCounterPollSpacesStopCalls(t *testing.T) {
 	// Woken, a long-polling waiter still sees its count at once.
 	go func() { time.Sleep(20 * time.Millisecond); c.Store(1) }()
 	t0 := time.Now()
-	require.NoError(t, c.WaitAtLeastPolling(1, time.Now().Add(10*time.Second), nil, time.Hour))
+	require.NoError(t, c.WaitAtLeastPolling(1, time.Now().Add(10*time.Second), nil, time.Hour, futex))
 	require.Less(t, time.Since(t0), 5*time.Second)
 }

@@ -167,11 +167,19 @@ func waitFor(c *sync.Cond, d time.Duration) {
 	t.Stop()
 }
 
-// Run simulates one collective with choice c on net, moving bytes (the
+// Run simulates one collective with choice c (a row of goimpl/tune's table
+// that runs over links, with its segment) on net, moving bytes (the
 // all-reduce, broadcast or reduce buffer; the allgather output; the
-// reduce-scatter input), and returns
-// the virtual time until the last rank finishes.
+// reduce-scatter input), and returns the virtual time until the last rank
+// finishes. The rows that run on a host's shared-memory engine have no
+// links to simulate and are refused.
 func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
+	if c.Row == nil || c.Row.Coll != coll {
+		return 0, fmt.Errorf("the choice %s is not a schedule of %s", c, coll)
+	}
+	if c.Row.Place == tune.Node || (c.Level0 != nil && c.Level0.Leg == algo.Level0Node) {
+		return 0, fmt.Errorf("%s runs on a host's shared-memory engine, which the simulator does not model", c)
+	}
 	n := net.Ranks
 	if net.PerNode < 1 {
 		net.PerNode = n
@@ -192,7 +200,7 @@ func Run(net Net, coll tune.Coll, c tune.Choice, bytes int) (float64, error) {
 	count := bytes / 4
 	shared := make([]byte, count*4) // never written: virtual payloads
 	work := make([]byte, count*4)   // Op.Work of every rank, virtual too
-	scratch := make([]byte, 4*net.Segment)
+	scratch := make([]byte, 4*max(net.Segment, c.Segment))
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r, e := range w.ranks {
@@ -219,82 +227,31 @@ func runRank(w *world, e *endpoint, coll tune.Coll, c tune.Choice, buf, scratch,
 			e.clock += float64(len(b)) / rb
 		}
 	}
-	o := &algo.Op{Mesh: e, Scratch: scratch, Segment: w.net.Segment, Recvs: make([]transport.Recv, 8),
+	o := &algo.Op{Mesh: e, Scratch: scratch, Segment: w.net.Segment, Recvs: make([]transport.Recv, 2*len(w.ranks)+2),
 		DType: reduce.Float32, Deadline: time.Now().Add(time.Hour), Work: work,
 		Kernel:  func(dst, _ []byte) { cost(dst) },
 		Kernel3: func(dst, _, _ []byte) { cost(dst) }}
 	o.Stamp = transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindAllReduce, DType: reduce.Float32, Count: uint64(count)}, Seq: 1}
+	x := &tune.Exec{Op: o}
+	if c.Row.Place == tune.Levels {
+		l0, l1, err := w.topo.Levels(e.rank)
+		if err != nil {
+			return err
+		}
+		x.Hier = algo.Hierarchy{Local: l0, Cross: l1, Order: w.topo.SliceOrder()}
+	}
 	n := len(w.ranks)
+	a := &tune.Args{Buf: buf, Count: count}
 	switch coll {
-	case tune.AllReduce:
-		if c.Algo == tune.Hier {
-			l0, l1, err := w.topo.Levels(e.rank)
-			if err != nil {
-				return err
-			}
-			lv := algo.Level0Ring
-			if c.Level0 == tune.RHD {
-				lv = algo.Level0RHD
-			}
-			return algo.AllReduceHier(o, buf, count, algo.Hierarchy{Local: l0, Cross: l1}, lv, allReduceFunc(c.Level1))
-		}
-		return allReduceFunc(c.Algo)(o, buf, count)
-	case tune.Broadcast:
-		switch c.Algo {
-		case tune.Ring:
-			return algo.BroadcastChain(o, buf, 0)
-		case tune.Tree:
-			return algo.BroadcastBinaryTree(o, buf, 0)
-		case tune.DTree:
-			return algo.BroadcastDoubleTree(o, buf, 0)
-		}
-		return algo.BroadcastTree(o, buf, 0)
-	case tune.AllGather, tune.ReduceScatter:
+	case tune.AllReduce, tune.Broadcast, tune.Reduce:
+	case tune.AllGather:
 		per := count / n
-		whole, own := buf[:n*per*4], buf[e.rank*per*4:(e.rank+1)*per*4]
-		var h algo.Hierarchy
-		if c.Algo == tune.Hier {
-			l0, l1, err := w.topo.Levels(e.rank)
-			if err != nil {
-				return err
-			}
-			h = algo.Hierarchy{Local: l0, Cross: l1, Order: w.topo.SliceOrder()}
-		}
-		lv0, lv1 := algo.Level0Ring, algo.Level1Ring
-		if c.Level0 == tune.RHD {
-			lv0 = algo.Level0RHD
-		}
-		if c.Level1 == tune.RHD {
-			lv1 = algo.Level1RHD
-		}
-		if coll == tune.AllGather {
-			switch c.Algo {
-			case tune.RHD:
-				return algo.AllGatherRD(o, own, whole, per)
-			case tune.Hier:
-				return algo.AllGatherHier(o, own, whole, per, h, lv0, lv1)
-			}
-			return algo.AllGatherRing(o, own, whole, per)
-		}
-		switch c.Algo {
-		case tune.RHD:
-			return algo.ReduceScatterRH(o, whole, own, per)
-		case tune.Hier:
-			return algo.ReduceScatterHier(o, whole, own, per, h, lv0, lv1)
-		}
-		return algo.ReduceScatterRing(o, whole, own, per)
+		a = &tune.Args{In: buf[e.rank*per*4 : (e.rank+1)*per*4], Out: buf[:n*per*4], Count: per}
+	case tune.ReduceScatter:
+		per := count / n
+		a = &tune.Args{In: buf[:n*per*4], Out: buf[e.rank*per*4 : (e.rank+1)*per*4], Count: per}
+	default:
+		return fmt.Errorf("the simulator runs allreduce, broadcast, reduce, allgather and reducescatter, not %s", coll)
 	}
-	return fmt.Errorf("the simulator runs allreduce, broadcast, allgather and reducescatter, not %s", coll)
-}
-
-func allReduceFunc(a tune.Algo) algo.AllReduceFunc {
-	switch a {
-	case tune.Tree:
-		return algo.AllReduceTree
-	case tune.DTree:
-		return algo.AllReduceDoubleTree
-	case tune.RHD:
-		return algo.AllReduceRHD
-	}
-	return algo.AllReduceRing
+	return c.Run(x, a)
 }

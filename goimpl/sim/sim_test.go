@@ -10,6 +10,14 @@ import (
 	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
+// named is coll's choice called form at the net's segment.
+func named(t testing.TB, coll tune.Coll, form string, net Net) tune.Choice {
+	t.Helper()
+	c, err := tune.Named(coll, form, net.Segment)
+	require.NoError(t, err)
+	return c
+}
+
 // TestClosedForms checks the simulator against the alpha-beta formulas for
 // schedules without contention: ring and halving-doubling all-reduce take
 // 2(n-1) and 2 log2 n steps and send 2(n-1)/n of the buffer per rank.
@@ -21,13 +29,13 @@ func TestClosedForms(t *testing.T) {
 		nf := float64(n)
 		seg := float64(net.Segment)
 		frames := func(b float64) float64 { return math.Max(1, math.Ceil(b/seg)) }
-		ring, err := Run(net, tune.AllReduce, tune.Choice{Algo: tune.Ring}, int(S))
+		ring, err := Run(net, tune.AllReduce, named(t, tune.AllReduce, "ring", net), int(S))
 		require.NoError(t, err)
 		// 2(n-1) steps of one chunk each, one latency per segment.
 		want := 2*(nf-1)*frames(S/nf)*l.Latency + 2*(nf-1)/nf*S/l.Bandwidth
 		assert.InEpsilon(t, want, ring, 0.03, "ring n=%d: sim %g, formula %g", n, ring, want)
 
-		rhd, err := Run(net, tune.AllReduce, tune.Choice{Algo: tune.RHD}, int(S))
+		rhd, err := Run(net, tune.AllReduce, named(t, tune.AllReduce, "rhd", net), int(S))
 		require.NoError(t, err)
 		p := float64(int(1) << (63 - leadingZeros(n)))
 		want = 0
@@ -41,8 +49,8 @@ func TestClosedForms(t *testing.T) {
 
 		m := tune.Model{Intra: l, Inter: l, ReduceBW: math.Inf(1), Segment: net.Segment}
 		s := tune.Shape{N: n, Nodes: 1, PerNode: n, Consecutive: true, Bytes: S}
-		assert.InEpsilon(t, m.Cost(tune.AllReduce, tune.Choice{Algo: tune.RHD}, s), rhd, 0.03)
-		assert.InEpsilon(t, m.Cost(tune.AllReduce, tune.Choice{Algo: tune.Ring}, s), ring, 0.03)
+		assert.InEpsilon(t, m.Cost(named(t, tune.AllReduce, "rhd", net), s), rhd, 0.03)
+		assert.InEpsilon(t, m.Cost(named(t, tune.AllReduce, "ring", net), s), ring, 0.03)
 	}
 }
 
@@ -59,11 +67,10 @@ func leadingZeros(n int) int {
 func TestSeedCase(t *testing.T) {
 	net := Seed(4)
 	times := map[string]float64{}
-	for _, c := range []tune.Choice{{Algo: tune.Ring}, {Algo: tune.Tree}, {Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Tree},
-		{Algo: tune.Hier, Level0: tune.Ring, Level1: tune.Ring}} {
-		s, err := Run(net, tune.AllReduce, c, 64<<20)
-		require.NoError(t, err, c.String())
-		times[c.String()] = s
+	for _, form := range []string{"ring", "tree", "level0:ring;level1:tree", "level0:ring;level1:ring"} {
+		s, err := Run(net, tune.AllReduce, named(t, tune.AllReduce, form, net), 64<<20)
+		require.NoError(t, err, form)
+		times[form] = s
 	}
 	assert.Less(t, times["level0:ring;level1:tree"], times["ring"])
 	assert.Less(t, times["level0:ring;level1:ring"], times["level0:ring;level1:tree"])
@@ -74,9 +81,9 @@ func TestMismatchDetected(t *testing.T) {
 	// Every schedule runs to completion on every rank count it is given;
 	// a broken schedule would surface as an error, not a hang.
 	for _, n := range []int{1, 2, 3, 5} {
-		for _, a := range []tune.Algo{tune.Ring, tune.Tree, tune.DTree, tune.RHD} {
-			_, err := Run(Net{Ranks: n, Intra: tune.Link{Latency: 1e-6, Bandwidth: 1e9}, Inter: tune.Link{Latency: 1e-6, Bandwidth: 1e9}},
-				tune.AllReduce, tune.Choice{Algo: a}, 4<<20)
+		for _, a := range []string{"ring", "tree", "dtree", "rhd"} {
+			net := Net{Ranks: n, Intra: tune.Link{Latency: 1e-6, Bandwidth: 1e9}, Inter: tune.Link{Latency: 1e-6, Bandwidth: 1e9}, Segment: 1 << 20}
+			_, err := Run(net, tune.AllReduce, named(t, tune.AllReduce, a, net), 4<<20)
 			require.NoError(t, err)
 		}
 	}
@@ -92,12 +99,12 @@ func TestDoubleTreePipelines(t *testing.T) {
 		net.PerNode, net.Ranks = shape.perNode, shape.nodes*shape.perNode
 		net.Segment = 4 << 20
 		const bytes = 256 << 20
-		c := tune.Choice{Algo: tune.DTree}
+		c := named(t, tune.AllReduce, "dtree", net)
 		got, err := Run(net, tune.AllReduce, c, bytes)
 		require.NoError(t, err)
 		m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
 		s := tune.Shape{N: net.Ranks, Nodes: shape.nodes, PerNode: shape.perNode, Consecutive: true, Bytes: bytes}
-		price := m.Cost(tune.AllReduce, c, s)
+		price := m.Cost(c, s)
 		assert.Less(t, got, 1.15*price, "%d x %d ranks: simulated %g s, priced %g s", shape.nodes, shape.perNode, got, price)
 	}
 }
@@ -107,12 +114,13 @@ func TestDoubleTreePipelines(t *testing.T) {
 func BenchmarkSimAllReduce(b *testing.B) {
 	net := Seed(1)
 	net.Segment = 4 << 20
-	for _, a := range []tune.Algo{tune.Ring, tune.Tree, tune.DTree, tune.RHD} {
-		b.Run(a.String(), func(b *testing.B) {
+	for _, a := range []string{"ring", "tree", "dtree", "rhd"} {
+		b.Run(a, func(b *testing.B) {
+			c := named(b, tune.AllReduce, a, net)
 			var got float64
 			for i := 0; i < b.N; i++ {
 				var err error
-				if got, err = Run(net, tune.AllReduce, tune.Choice{Algo: a}, 256<<20); err != nil {
+				if got, err = Run(net, tune.AllReduce, c, 256<<20); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -136,8 +144,8 @@ func TestVectorSchedules(t *testing.T) {
 		s := tune.Shape{N: net.Ranks, Nodes: shape.nodes, PerNode: shape.perNode, Consecutive: true}
 		for _, coll := range []tune.Coll{tune.AllGather, tune.ReduceScatter} {
 			const bytes = 96 << 20
-			for _, r := range m.Price(coll, s, bytes) {
-				if r.Err != nil {
+			for _, r := range m.Price(coll, s, bytes, tune.Restriction{}) {
+				if r.Err != nil || r.Choice.Row.Place == tune.Node || r.Choice.Level0 != nil && r.Choice.Level0.Name == "mesh" {
 					continue
 				}
 				got, err := Run(net, coll, r.Choice, bytes)
@@ -145,12 +153,29 @@ func TestVectorSchedules(t *testing.T) {
 				if net.Ranks > 1 {
 					// The folded halving's uneven halves overlap more than
 					// its price says: once the smaller half is sent, the
-					// larger streams without waiting (13% on 3 ranks).
+					// larger streams without waiting (13% on 3 ranks). The
+					// Bruck allgather's last round packs the segment that
+					// spans the wrap through a slot, which its price leaves
+					// out.
 					tol := 0.05
-					if coll == tune.ReduceScatter && r.Choice.Algo == tune.RHD && net.Ranks&(net.Ranks-1) != 0 {
+					switch name := r.Choice.Name(); {
+					case coll == tune.ReduceScatter && name == "rhd" && net.Ranks&(net.Ranks-1) != 0:
+						tol = 0.15
+					case name == "bruck":
 						tol = 0.15
 					}
-					assert.InEpsilon(t, r.Seconds, got, tol, "%s %s on %d x %d: simulated %g s, priced %g s",
+					if r.Choice.Segment == net.Segment {
+						assert.InEpsilon(t, r.Seconds, got, tol, "%s %s on %d x %d: simulated %g s, priced %g s",
+							coll, r.Choice, shape.nodes, shape.perNode, got, r.Seconds)
+						continue
+					}
+					// Smaller segments: the model charges each frame its
+					// latency in full, where the simulator overlaps some
+					// of them, so it may overprice (the tuner then picks
+					// them less), but must not underprice.
+					assert.LessOrEqual(t, got, r.Seconds*(1+tol), "%s %s on %d x %d: simulated %g s, priced %g s",
+						coll, r.Choice, shape.nodes, shape.perNode, got, r.Seconds)
+					assert.GreaterOrEqual(t, got, r.Seconds*0.6, "%s %s on %d x %d: simulated %g s, priced %g s",
 						coll, r.Choice, shape.nodes, shape.perNode, got, r.Seconds)
 				}
 			}
@@ -173,9 +198,10 @@ func TestFlatRingAcrossNodes(t *testing.T) {
 		net.Segment = 1 << 20
 		m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
 		s := tune.Shape{N: net.Ranks, Nodes: c.nodes, PerNode: 8, Consecutive: true, Bytes: float64(c.bytes)}
-		got, err := Run(net, c.coll, tune.Choice{Algo: tune.Ring}, c.bytes)
+		ring := named(t, c.coll, "ring", net)
+		got, err := Run(net, c.coll, ring, c.bytes)
 		require.NoError(t, err)
-		price := m.Cost(c.coll, tune.Choice{Algo: tune.Ring}, s)
+		price := m.Cost(ring, s)
 		assert.InEpsilon(t, price, got, 0.1, "%s ring of %d bytes on %d x 8: simulated %g s, priced %g s", c.coll, c.bytes, c.nodes, got, price)
 	}
 }

@@ -1,9 +1,10 @@
 package tune
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/gohccl/gohccl/goimpl/mesh"
 )
 
 // Link is the alpha-beta figure of one class of link.
@@ -12,15 +13,19 @@ type Link struct {
 	Bandwidth float64 // bytes per second one rank sends and receives at once (1/beta)
 }
 
-// Model holds the link figures the tuner prices with.
+// Model holds the figures the tuner prices with.
 type Model struct {
 	Intra Link // between ranks of one node
 	Inter Link // between nodes
 	// ReduceBW is the speed of the reduce kernels in bytes of input per
 	// second (memory bound beyond the caches, DESIGN.md).
 	ReduceBW float64
-	// Segment is the streaming unit of the pipelined trees, in bytes.
+	// Segment is the streaming unit of the schedules over links, in
+	// bytes: the tuner sets it to each candidate segment in turn.
 	Segment int
+	// Host is this host's measured memory figures, which price the
+	// engine's rows (mesh.go); invalid where the ranks share no memory.
+	Host mesh.Figures
 }
 
 // DefaultModel is the CPU build's figures: loopback TCP or shared memory
@@ -34,7 +39,8 @@ func DefaultModel() Model {
 	}
 }
 
-// Shape is what a price depends on: the group, its nodes, the bytes.
+// Shape is what a price depends on: the group, its nodes, the engines its
+// hosts share, the bytes.
 type Shape struct {
 	N       int // ranks
 	Nodes   int // nodes
@@ -42,9 +48,30 @@ type Shape struct {
 	// Consecutive: each node's ranks are consecutive (ring crosses nodes
 	// Nodes times; halving-doubling's short distances stay inside a node).
 	Consecutive bool
+	// Mesh says what shared-memory engines the group has.
+	Mesh MeshShape
 	// Bytes is the all-reduce/broadcast/reduce buffer, the allgather
 	// output, the reduce-scatter input.
 	Bytes float64
+}
+
+// MeshShape is what the communicator found of shared memory: the facts
+// every rank agrees on (bootstrap exchanges them), so that every rank
+// prices the engine's rows alike.
+type MeshShape struct {
+	// Whole: every rank of the group shares one engine, so the engine's
+	// rows run the whole collective.
+	Whole bool
+	// Level0: every node is exactly the ranks of one engine, in rank
+	// order, so a hierarchical row may run its level0 on the engines.
+	Level0 bool
+	// Ranks is the ranks of one engine (of each, for Level0).
+	Ranks int
+	// SingleCopy: the engine's two ranks may read each other's memory.
+	SingleCopy bool
+	// Chunk is the bytes of a message one chunk of the engine carries
+	// (mesh.ChunkBytes).
+	Chunk int
 }
 
 // flat returns the link a flat algorithm over the whole group is bound by:
@@ -128,79 +155,6 @@ func (m Model) chain(s Shape, depth int, b float64) float64 {
 	return float64(depth)*avg + (math.Ceil(b/seg)-1)*slowest
 }
 
-// Cost prices choice c for collective coll on shape s, in seconds. The
-// choice must be able to run (see CanRun); Hier's levels must be set.
-func (m Model) Cost(coll Coll, c Choice, s Shape) float64 {
-	n, S := s.N, s.Bytes
-	if n <= 1 || S <= 0 {
-		return 0
-	}
-	l := m.flat(s)
-	nf := float64(n)
-	red := S / m.ReduceBW
-	switch coll {
-	case AllReduce:
-		switch c.Algo {
-		case Ring:
-			return m.ring(s, n-1, S/nf, true) + m.ring(s, n-1, S/nf, false)
-		case Tree: // interior rank: 2 segments in per segment going up, 2 out coming down
-			return 2*m.pipelined(l, log2floor(n), S, 2) + 2*red
-		case DTree: // each tree half the data; a rank forwards in one tree only
-			return 2*m.pipelined(l, log2floor(n), S/2, 2) + red
-		case RHD:
-			return m.rhd(s, S, true)
-		case Hier:
-			L, N := s.PerNode, s.Nodes
-			lf := float64(L)
-			var t float64
-			if L > 1 {
-				steps := float64(L-1) * m.frames(S/lf)
-				if c.Level0 == RHD {
-					steps = (lf - 1) / lf * S / float64(max(m.Segment, 1))
-					steps = math.Max(steps, float64(log2floor(L)))
-				}
-				t = 2*steps*m.Intra.Latency + 2*(lf-1)/lf*S/m.Intra.Bandwidth + (lf-1)/lf*red
-			}
-			sub := Shape{N: N, Nodes: N, PerNode: 1, Consecutive: true, Bytes: S / lf}
-			return t + m.Cost(AllReduce, Choice{Algo: c.Level1}, sub)
-		}
-	case Broadcast, Reduce:
-		extra := 0.0
-		if coll == Reduce {
-			extra = red
-		}
-		switch c.Algo {
-		case Ring:
-			return m.chain(s, n-1, S) + extra
-		case Binomial:
-			return float64(log2ceil(n))*(l.Latency+S/l.Bandwidth) + extra
-		case Tree:
-			return m.pipelined(l, log2floor(n), S, 2) + extra
-		case DTree:
-			return m.pipelined(l, log2floor(n)+1, S/2, 2) + S/2/l.Bandwidth + extra
-		}
-	case AllGather:
-		switch c.Algo {
-		case Ring:
-			return m.ring(s, n-1, S/nf, false)
-		case RHD:
-			return m.rhd(s, S, false)
-		case Hier: // level1 gathers the slice (S/L) across nodes, level0 the slices inside
-			return m.Cost(AllGather, level(c.Level1), crossShape(s, S)) + m.Cost(AllGather, level(c.Level0), nodeShape(s, S))
-		}
-	case ReduceScatter:
-		switch c.Algo {
-		case Ring:
-			return m.ring(s, n-1, S/nf, true)
-		case RHD:
-			return m.halving(s, S)
-		case Hier: // level0 reduce-scatters the slices inside the node, level1 the slice across
-			return m.Cost(ReduceScatter, level(c.Level0), nodeShape(s, S)) + m.Cost(ReduceScatter, level(c.Level1), crossShape(s, S))
-		}
-	}
-	panic(fmt.Sprintf("tune: no price for %s %s", coll, c))
-}
-
 // rhd prices recursive halving-doubling (both halves when full, the
 // doubling allgather alone otherwise).
 func (m Model) rhd(s Shape, S float64, full bool) float64 {
@@ -236,25 +190,22 @@ func (m Model) rhdSteps(s Shape, S float64, reducing bool) float64 {
 	return t
 }
 
-// level is the flat choice a hierarchical form runs at one level; a level
-// left auto is priced as ring, which is what runs it when nothing fills it.
-func level(a Algo) Choice {
-	if a == Auto {
-		a = Ring
+// nodeShape is the shape of one node's level0 group of s moving its Bytes:
+// PerNode ranks on the intra-node link, sharing an engine where every node
+// is one.
+func nodeShape(s Shape) Shape {
+	n := Shape{N: s.PerNode, Nodes: 1, PerNode: s.PerNode, Consecutive: true, Bytes: s.Bytes}
+	if s.Mesh.Level0 {
+		n.Mesh = s.Mesh
+		n.Mesh.Whole, n.Mesh.Level0 = true, false
 	}
-	return Choice{Algo: a}
+	return n
 }
 
-// nodeShape is the shape of one node's level0 group of s moving S bytes: PerNode
-// ranks on the intra-node link.
-func nodeShape(s Shape, S float64) Shape {
-	return Shape{N: s.PerNode, Nodes: 1, PerNode: s.PerNode, Consecutive: true, Bytes: S}
-}
-
-// crossShape is the shape of a level1 group of s, one rank per node, moving the
-// slice of S that one local rank owns: S/PerNode bytes.
-func crossShape(s Shape, S float64) Shape {
-	return Shape{N: s.Nodes, Nodes: s.Nodes, PerNode: 1, Consecutive: true, Bytes: S / float64(s.PerNode)}
+// crossShape is the shape of a level1 group of s, one rank per node, moving
+// the slice of s.Bytes that one local rank owns: Bytes/PerNode.
+func crossShape(s Shape) Shape {
+	return Shape{N: s.Nodes, Nodes: s.Nodes, PerNode: 1, Consecutive: true, Bytes: s.Bytes / float64(max(s.PerNode, 1))}
 }
 
 // halving prices the recursive-halving reduce-scatter of S bytes. Its
@@ -300,30 +251,4 @@ func (m Model) foldLink(s Shape) Link {
 		return m.Intra
 	}
 	return m.flat(s)
-}
-
-// CanRun says whether choice c can run collective coll on shape s; the
-// error says why not.
-func CanRun(coll Coll, c Choice, s Shape) error {
-	if !Has(coll, c.Algo) {
-		return fmt.Errorf("%s has no %s algorithm", coll, c.Algo)
-	}
-	if err := checkLevels(coll, c); err != nil {
-		return err
-	}
-	switch {
-	case c.Algo == Mesh:
-		// The communicator runs mesh itself when every rank shares this
-		// host's segment; a choice that reaches the tuner cannot.
-		return fmt.Errorf("mesh needs every rank on one host, sharing memory (GOHCCL_TRANSPORT=auto or shm)")
-	case coll == AllGather && c.Algo == RHD && s.N&(s.N-1) != 0:
-		return fmt.Errorf("recursive doubling needs a power-of-two group, not %d ranks", s.N)
-	case c.Algo == Hier && s.PerNode == 0:
-		return fmt.Errorf("hierarchical needs the same number of ranks on every node")
-	case c.Algo == Hier && c.Level0 == RHD && s.PerNode&(s.PerNode-1) != 0:
-		return fmt.Errorf("level0 halving-doubling needs a power-of-two node size, not %d", s.PerNode)
-	case coll == AllGather && c.Algo == Hier && c.Level1 == RHD && s.Nodes&(s.Nodes-1) != 0:
-		return fmt.Errorf("level1 recursive doubling needs a power-of-two number of nodes, not %d", s.Nodes)
-	}
-	return nil
 }

@@ -1,8 +1,3 @@
-// Package tune chooses an algorithm for each collective: it parses
-// GOHCCL_ALGO (HCCL's syntax), prices every candidate that can run with an
-// alpha-beta model per level (latency x steps + bytes / bandwidth + reduce
-// cost), and picks the cheapest, falling back to that automatic choice when
-// a forced algorithm cannot run.
 package tune
 
 import (
@@ -10,124 +5,60 @@ import (
 	"strings"
 )
 
-// Coll names a collective that has more than one schedule.
-type Coll uint8
-
-// The collectives the tuner chooses for.
-const (
-	AllReduce Coll = iota
-	Broadcast
-	Reduce
-	AllGather
-	ReduceScatter
-	NumColls
-)
-
-var collNames = [NumColls]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter"}
-
-func (c Coll) String() string { return collNames[c] }
-
-// Algo names an algorithm, or one level's algorithm of a hierarchical one.
-type Algo uint8
-
-// The algorithms. Hier is the hierarchical form; its levels are in Choice.
-const (
-	Auto     Algo = iota
-	Ring          // ring (all-reduce, allgather, reduce-scatter) or pipelined chain (broadcast, reduce)
-	Tree          // pipelined binary tree
-	DTree         // double binary tree
-	RHD           // recursive halving-doubling (recursive doubling for allgather, halving for reduce-scatter)
-	Binomial      // binomial tree (broadcast, reduce)
-	Hier          // level0 inside each node, level1 across nodes
-	Mesh          // shared memory among the ranks of one host (goimpl/mesh); chosen by the communicator, not priced here
-	numAlgos
-)
-
-var algoNames = [numAlgos]string{"auto", "ring", "tree", "dtree", "rhd", "binomial", "hier", "mesh"}
-
-func (a Algo) String() string { return algoNames[a] }
-
-// Choice is an algorithm for one collective; Level0 and Level1 are set for
-// Hier (Auto there means the tuner picks that level).
-type Choice struct {
-	Algo           Algo
-	Level0, Level1 Algo
+// Restriction is what GOHCCL_ALGO allows for one collective: every row
+// (the zero value), the rows of one name or family ("ring", "mesh",
+// "mesh.twophase"), or the hierarchical row with a level0 and a level1
+// name each ("" for either lets the tuner pick that level).
+type Restriction struct {
+	Name           string
+	Level0, Level1 string
 }
 
-func (c Choice) String() string {
-	if c.Algo != Hier {
-		return c.Algo.String()
+// Auto reports whether r allows every row.
+func (r Restriction) Auto() bool { return r == Restriction{} }
+
+// levels is the Restriction.Name of the hierarchical form.
+const levels = "levels"
+
+func (r Restriction) String() string {
+	switch {
+	case r.Auto():
+		return "auto"
+	case r.Name == levels:
+		return "level0:" + orAuto(r.Level0) + ";level1:" + orAuto(r.Level1)
 	}
-	return "level0:" + c.Level0.String() + ";level1:" + c.Level1.String()
+	return r.Name
 }
 
-// Spec is a parsed GOHCCL_ALGO: a choice per collective, Auto where unset.
-type Spec struct {
-	Per [NumColls]Choice
-}
-
-// IsAuto reports whether nothing is forced.
-func (s Spec) IsAuto() bool { return s == Spec{} }
-
-// forms lists the valid forms, for error messages.
-const forms = "valid forms: auto | mesh | ring | tree | dtree | rhd | binomial | level0:ring;level1:tree " +
-	"(level0: ring or rhd, level1: ring, tree, dtree or rhd for allreduce, ring or rhd for allgather and reducescatter; " +
-	"either level may be left out or auto) | " +
-	"per collective COLL=FORM joined by '/', COLL one of allreduce, broadcast, reduce, allgather, reducescatter, " +
-	"e.g. allreduce=level0:ring;level1:rhd/allgather=level0:ring;level1:ring/reducescatter=rhd"
-
-// valid lists, per collective, the algorithms it has.
-var valid = [NumColls][]Algo{
-	AllReduce:     {Mesh, Ring, Tree, DTree, RHD, Hier},
-	Broadcast:     {Mesh, Ring, Binomial, Tree, DTree},
-	Reduce:        {Mesh, Ring, Binomial, Tree, DTree},
-	AllGather:     {Mesh, Ring, RHD, Hier},
-	ReduceScatter: {Mesh, Ring, RHD, Hier},
-}
-
-// levels1 lists, per collective, the algorithms its hierarchical form runs
-// at level1 (level0 runs ring or rhd for every collective).
-var levels1 = [NumColls][]Algo{
-	AllReduce:     {Ring, Tree, DTree, RHD},
-	AllGather:     {Ring, RHD},
-	ReduceScatter: {Ring, RHD},
-}
-
-// checkLevels says why the hierarchical choice c cannot be coll's: a level1
-// algorithm coll's hierarchical form lacks. Auto levels pass.
-func checkLevels(coll Coll, c Choice) error {
-	if c.Algo != Hier || c.Level1 == Auto {
-		return nil
+func orAuto(s string) string {
+	if s == "" {
+		return "auto"
 	}
-	for _, a := range levels1[coll] {
-		if a == c.Level1 {
-			return nil
-		}
-	}
-	ns := names(levels1[coll])
-	if i := strings.LastIndex(ns, ", "); i >= 0 {
-		ns = ns[:i] + " or " + ns[i+2:]
-	}
-	return fmt.Errorf("%s's level1 runs %s, not %s", coll, ns, c.Level1)
+	return s
 }
 
-// Has reports whether collective c has algorithm a (Auto always).
-func Has(c Coll, a Algo) bool {
-	if a == Auto {
+// allows reports whether r lets the tuner consider c.
+func (r Restriction) allows(c Choice) bool {
+	switch {
+	case r.Auto():
 		return true
+	case r.Name == levels:
+		return c.Row.Place == Levels && (r.Level0 == "" || r.Level0 == c.Level0.Name) &&
+			(r.Level1 == "" || r.Level1 == c.Level1.Name)
 	}
-	for _, v := range valid[c] {
-		if v == a {
-			return true
-		}
-	}
-	return false
+	return c.Row.Place != Levels && (r.Name == c.Row.Name || r.Name == c.Row.Family)
 }
 
-// ParseAlgo parses GOHCCL_ALGO. A bare form applies to every collective
-// (where a collective lacks that algorithm it falls back to the automatic
-// choice with a warning); COLL=FORM items override it for one collective
-// and must name an algorithm that collective has.
+// Spec is a parsed GOHCCL_ALGO: a restriction per collective.
+type Spec struct {
+	Per [NumColls]Restriction
+}
+
+// ParseAlgo parses GOHCCL_ALGO. A bare form applies to the five
+// collectives that have several schedules (where one of them lacks that
+// form the tuner falls back to the automatic choice for it, with a
+// warning); COLL=FORM items override it for one collective and must name a
+// form that collective has.
 func ParseAlgo(s string) (Spec, error) {
 	var spec Spec
 	s = strings.ToLower(strings.TrimSpace(s))
@@ -135,9 +66,9 @@ func ParseAlgo(s string) (Spec, error) {
 		return spec, nil
 	}
 	fail := func(format string, args ...any) (Spec, error) {
-		return Spec{}, fmt.Errorf("GOHCCL_ALGO=%q: %s; %s", s, fmt.Sprintf(format, args...), forms)
+		return Spec{}, fmt.Errorf("GOHCCL_ALGO=%q: %s; %s", s, fmt.Sprintf(format, args...), forms())
 	}
-	var global *Choice
+	var global *Restriction
 	var set [NumColls]bool
 	for _, item := range strings.Split(s, "/") {
 		item = strings.TrimSpace(item)
@@ -149,11 +80,14 @@ func ParseAlgo(s string) (Spec, error) {
 			if global != nil {
 				return fail("more than one form without a collective")
 			}
-			ch, err := parseForm(item)
+			r, err := parseForm(item)
 			if err != nil {
 				return fail("%v", err)
 			}
-			global = &ch
+			if !anyHas(r) {
+				return fail("no collective has the algorithm %q", r.Name)
+			}
+			global = &r
 			continue
 		}
 		c, ok := parseColl(strings.TrimSpace(collName))
@@ -163,20 +97,17 @@ func ParseAlgo(s string) (Spec, error) {
 		if set[c] {
 			return fail("%s given twice", c)
 		}
-		ch, err := parseForm(strings.TrimSpace(form))
+		r, err := parseForm(strings.TrimSpace(form))
 		if err != nil {
 			return fail("%s: %v", c, err)
 		}
-		if !Has(c, ch.Algo) {
-			return fail("%s has no %s algorithm (it has %s)", c, ch.Algo, names(valid[c]))
-		}
-		if err := checkLevels(c, ch); err != nil {
+		if err := check(c, r); err != nil {
 			return fail("%v", err)
 		}
-		spec.Per[c], set[c] = ch, true
+		spec.Per[c], set[c] = r, true
 	}
 	if global != nil {
-		for c := range spec.Per {
+		for c := range numTuned {
 			if !set[c] {
 				spec.Per[c] = *global
 			}
@@ -185,15 +116,88 @@ func ParseAlgo(s string) (Spec, error) {
 	return spec, nil
 }
 
-func names(as []Algo) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-		if a == Hier {
-			s[i] = "level0:X;level1:Y"
+// check says why collective c has no form r.
+func check(c Coll, r Restriction) error {
+	if r.Auto() {
+		return nil
+	}
+	if r.Name != levels {
+		for _, row := range table[c] {
+			if row.Place != Levels && (row.Name == r.Name || row.Family == r.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s has no %s algorithm (it has %s)", c, r.Name, names(c))
+	}
+	if RowNamed(c, levels) == nil {
+		return fmt.Errorf("%s has no hierarchical form", c)
+	}
+	if r.Level1 != "" {
+		if row := RowNamed(c, r.Level1); row == nil || !row.IsLevel1() {
+			return fmt.Errorf("%s's level1 runs %s, not %s", c, level1Names(c), r.Level1)
 		}
 	}
-	return strings.Join(s, ", ")
+	return nil
+}
+
+// anyHas reports whether some collective has form r.
+func anyHas(r Restriction) bool {
+	for c := range NumColls {
+		if check(Coll(c), r) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// names lists collective c's forms for error messages.
+func names(c Coll) string {
+	var ns []string
+	seen := map[string]bool{}
+	for _, row := range table[c] {
+		n := row.Name
+		if row.Place == Levels {
+			n = "level0:X;level1:Y"
+		}
+		if !seen[row.Family] && row.Family != n && row.Place != Levels {
+			seen[row.Family] = true
+			ns = append(ns, row.Family)
+		}
+		ns = append(ns, n)
+	}
+	return join(ns)
+}
+
+// level1Names lists the rows collective c's hierarchical form runs at
+// level1.
+func level1Names(c Coll) string {
+	var ns []string
+	for _, row := range table[c] {
+		if row.IsLevel1() {
+			ns = append(ns, row.Name)
+		}
+	}
+	return join(ns)
+}
+
+func join(ns []string) string {
+	s := strings.Join(ns, ", ")
+	if i := strings.LastIndex(s, ", "); i >= 0 {
+		s = s[:i] + " or " + s[i+2:]
+	}
+	return s
+}
+
+// forms describes the valid forms, for error messages.
+func forms() string {
+	var l0 []string
+	for _, r := range level0Rows {
+		l0 = append(l0, r.Name)
+	}
+	return "valid forms: auto | a row or family of the table (e.g. ring, tree, dtree, rhd, binomial, bruck, mesh, mesh.oneshot, " +
+		"mesh.twophase, mesh.singlecopy) | level0:X;level1:Y (level0: " + join(l0) + "; level1: a schedule over links the " +
+		"collective has at level1; either level may be left out or auto) | per collective COLL=FORM joined by '/', COLL one of " +
+		strings.Join(collNames[:], ", ") + ", e.g. allreduce=level0:mesh;level1:rhd/allgather=ring/reducescatter=rhd"
 }
 
 func parseColl(s string) (Coll, bool) {
@@ -206,58 +210,80 @@ func parseColl(s string) (Coll, bool) {
 	return 0, false
 }
 
-func parseName(s string) (Algo, bool) {
-	for a, n := range algoNames {
-		if s == n && Algo(a) != Hier {
-			return Algo(a), true
+// known reports whether some row of the table is called name or belongs
+// to the family name.
+func known(name string) bool {
+	for c := range NumColls {
+		for _, row := range table[c] {
+			if row.Place != Levels && (row.Name == name || row.Family == name) {
+				return true
+			}
 		}
 	}
-	return 0, false
+	return false
 }
 
 // parseForm parses "name" or "level0:name;level1:name".
-func parseForm(s string) (Choice, error) {
+func parseForm(s string) (Restriction, error) {
 	if s == "" {
-		return Choice{}, fmt.Errorf("empty algorithm")
+		return Restriction{}, fmt.Errorf("empty algorithm")
 	}
 	if !strings.Contains(s, ":") {
-		a, ok := parseName(s)
-		if !ok {
-			return Choice{}, fmt.Errorf("unknown algorithm %q", s)
+		if s == "auto" {
+			return Restriction{}, nil
 		}
-		return Choice{Algo: a}, nil
+		if !known(s) {
+			return Restriction{}, fmt.Errorf("unknown algorithm %q", s)
+		}
+		return Restriction{Name: s}, nil
 	}
-	ch := Choice{Algo: Hier}
+	r := Restriction{Name: levels}
 	var seen [2]bool
 	for _, lv := range strings.Split(s, ";") {
 		key, name, ok := strings.Cut(strings.TrimSpace(lv), ":")
 		if !ok {
-			return Choice{}, fmt.Errorf("level %q is not levelN:name", lv)
+			return Restriction{}, fmt.Errorf("level %q is not levelN:name", lv)
 		}
-		a, ok := parseName(strings.TrimSpace(name))
-		if !ok {
-			return Choice{}, fmt.Errorf("unknown algorithm %q", strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
+		if name == "auto" {
+			name = ""
 		}
 		switch strings.TrimSpace(key) {
 		case "level0":
 			if seen[0] {
-				return Choice{}, fmt.Errorf("level0 given twice")
+				return Restriction{}, fmt.Errorf("level0 given twice")
 			}
-			if a != Auto && a != Ring && a != RHD {
-				return Choice{}, fmt.Errorf("level0 runs ring or rhd, not %s", a)
+			if name != "" && Level0Named(name) == nil {
+				if known(name) {
+					return Restriction{}, fmt.Errorf("level0 runs ring, rhd or mesh, not %s", name)
+				}
+				return Restriction{}, fmt.Errorf("unknown algorithm %q", name)
 			}
-			ch.Level0, seen[0] = a, true
+			r.Level0, seen[0] = name, true
 		case "level1":
 			if seen[1] {
-				return Choice{}, fmt.Errorf("level1 given twice")
+				return Restriction{}, fmt.Errorf("level1 given twice")
 			}
-			if a == Binomial {
-				return Choice{}, fmt.Errorf("level1 runs ring, tree, dtree or rhd, not %s", a)
+			if name != "" && !level1Anywhere(name) {
+				if known(name) {
+					return Restriction{}, fmt.Errorf("level1 runs ring, tree, dtree or rhd, not %s", name)
+				}
+				return Restriction{}, fmt.Errorf("unknown algorithm %q", name)
 			}
-			ch.Level1, seen[1] = a, true
+			r.Level1, seen[1] = name, true
 		default:
-			return Choice{}, fmt.Errorf("unknown level %q (level0 or level1)", strings.TrimSpace(key))
+			return Restriction{}, fmt.Errorf("unknown level %q (level0 or level1)", strings.TrimSpace(key))
 		}
 	}
-	return ch, nil
+	return r, nil
+}
+
+// level1Anywhere reports whether some collective runs row name at level1.
+func level1Anywhere(name string) bool {
+	for c := range NumColls {
+		if row := RowNamed(Coll(c), name); row != nil && row.IsLevel1() {
+			return true
+		}
+	}
+	return false
 }

@@ -2,17 +2,20 @@ package tune
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gohccl/gohccl/goimpl/mesh"
 )
 
 func TestParseAlgoValid(t *testing.T) {
-	hier := func(l0, l1 Algo) Choice { return Choice{Algo: Hier, Level0: l0, Level1: l1} }
-	all := func(c Choice) (s Spec) {
-		for i := range s.Per {
-			s.Per[i] = c
+	hier := func(l0, l1 string) Restriction { return Restriction{Name: levels, Level0: l0, Level1: l1} }
+	all := func(r Restriction) (s Spec) {
+		for i := range numTuned {
+			s.Per[i] = r
 		}
 		return s
 	}
@@ -20,31 +23,38 @@ func TestParseAlgoValid(t *testing.T) {
 		"":                        {},
 		"auto":                    {},
 		" AUTO ":                  {},
-		"ring":                    all(Choice{Algo: Ring}),
-		"tree":                    all(Choice{Algo: Tree}),
-		"dtree":                   all(Choice{Algo: DTree}),
-		"rhd":                     all(Choice{Algo: RHD}),
-		"level0:ring;level1:tree": all(hier(Ring, Tree)),
-		"level1:rhd":              all(hier(Auto, RHD)),
-		"level1:tree; level0:rhd": all(hier(RHD, Tree)),
+		"ring":                    all(Restriction{Name: "ring"}),
+		"tree":                    all(Restriction{Name: "tree"}),
+		"dtree":                   all(Restriction{Name: "dtree"}),
+		"rhd":                     all(Restriction{Name: "rhd"}),
+		"mesh":                    all(Restriction{Name: "mesh"}),
+		"mesh.twophase":           all(Restriction{Name: "mesh.twophase"}),
+		"level0:ring;level1:tree": all(hier("ring", "tree")),
+		"level1:rhd":              all(hier("", "rhd")),
+		"level1:tree; level0:rhd": all(hier("rhd", "tree")),
+		"level0:mesh;level1:rhd":  all(hier("mesh", "rhd")),
 	}
 	per := Spec{}
-	per.Per[AllReduce] = hier(Ring, RHD)
-	per.Per[AllGather] = Choice{Algo: Ring}
+	per.Per[AllReduce] = hier("ring", "rhd")
+	per.Per[AllGather] = Restriction{Name: "ring"}
 	cases["allreduce=level0:ring;level1:rhd/allgather=ring"] = per
-	mixed := all(Choice{Algo: Tree})
-	mixed.Per[Broadcast] = Choice{Algo: Binomial}
+	mixed := all(Restriction{Name: "tree"})
+	mixed.Per[Broadcast] = Restriction{Name: "binomial"}
 	cases["tree/broadcast=binomial"] = mixed
 	rs := Spec{}
-	rs.Per[ReduceScatter] = Choice{Algo: Ring}
+	rs.Per[ReduceScatter] = Restriction{Name: "ring"}
 	cases["reduce_scatter=ring"] = rs
 	vec := Spec{}
-	vec.Per[AllGather] = hier(Ring, RHD)
-	vec.Per[ReduceScatter] = Choice{Algo: RHD}
+	vec.Per[AllGather] = hier("ring", "rhd")
+	vec.Per[ReduceScatter] = Restriction{Name: "rhd"}
 	cases["allgather=level0:ring;level1:rhd/reducescatter=rhd"] = vec
 	vec2 := Spec{}
-	vec2.Per[ReduceScatter] = hier(RHD, Auto)
+	vec2.Per[ReduceScatter] = hier("rhd", "")
 	cases["reducescatter=level0:rhd"] = vec2
+	single := Spec{}
+	single.Per[Barrier] = Restriction{Name: "dissemination"}
+	single.Per[AllGather] = Restriction{Name: "bruck"}
+	cases["barrier=dissemination/allgather=bruck"] = single
 	for in, want := range cases {
 		got, err := ParseAlgo(in)
 		require.NoError(t, err, in)
@@ -55,8 +65,8 @@ func TestParseAlgoValid(t *testing.T) {
 func TestParseAlgoInvalid(t *testing.T) {
 	for _, in := range []string{"rings", "level2:ring", "level0:tree;level1:ring", "level0:ring;level0:rhd",
 		"allreduce=binomial", "allgather=tree", "alltoall=ring", "ring/tree", "allreduce=ring/allreduce=tree",
-		"level0", "ring/", "level1:binomial", "allreduce=",
-		"allgather=level0:ring;level1:tree", "reducescatter=level1:dtree", "reducescatter=binomial"} {
+		"level0", "ring/", "level1:binomial", "allreduce=", "levels", "mesh.fast", "reducescatter=mesh.singlecopy",
+		"allgather=level0:ring;level1:tree", "reducescatter=level1:dtree", "reducescatter=binomial", "barrier=ring"} {
 		_, err := ParseAlgo(in)
 		require.Error(t, err, in)
 		assert.Contains(t, err.Error(), "valid forms", in)
@@ -78,6 +88,35 @@ func hccsRoce() Model {
 	return m
 }
 
+// TestTableRows checks every row the way a newcomer's row will be checked:
+// a unique name, a description, the functions, a price that is positive
+// where it runs and zero for one rank.
+func TestTableRows(t *testing.T) {
+	m := DefaultModel()
+	m.Host = testFigures()
+	for c := range NumColls {
+		coll := Coll(c)
+		seen := map[string]bool{}
+		require.NotEmpty(t, Rows(coll), "%s has rows", coll)
+		for _, r := range Rows(coll) {
+			assert.False(t, seen[r.Name], "%s row %s twice", coll, r.Name)
+			seen[r.Name] = true
+			assert.NotEmpty(t, r.Desc, "%s %s", coll, r.Name)
+			require.NotNil(t, r.CanRun, "%s %s", coll, r.Name)
+			require.NotNil(t, r.Cost, "%s %s", coll, r.Name)
+			require.NotNil(t, r.Run, "%s %s", coll, r.Name)
+			assert.Equal(t, coll, r.Coll)
+		}
+		s := Shape{N: 4, Nodes: 2, PerNode: 2, Consecutive: true,
+			Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
+		for _, p := range m.Price(coll, s, 1<<20, Restriction{}) {
+			if p.Err == nil {
+				assert.Greater(t, p.Seconds, 0.0, "%s %s", coll, p.Choice)
+			}
+		}
+	}
+}
+
 // TestSeedRules checks the rules of the seed where the model reproduces
 // them: ring inside one node, log-step schedules as ranks grow for small
 // messages, hierarchical across nodes.
@@ -85,17 +124,17 @@ func TestSeedRules(t *testing.T) {
 	for _, m := range []Model{DefaultModel(), hccsRoce()} {
 		for _, n := range []int{2, 3, 4, 8} {
 			for _, b := range []float64{64 << 20, 1 << 30} {
-				c := Best(m.Price(AllReduce, seedShape(1, n), b))
-				assert.Equal(t, Ring, c.Algo, "one node of %d ranks, %g bytes", n, b)
+				c := Best(m.Price(AllReduce, seedShape(1, n), b, Restriction{}))
+				assert.Equal(t, "ring", c.Name(), "one node of %d ranks, %g bytes", n, b)
 			}
 		}
 		for _, n := range []int{16, 64, 256} {
-			c := Best(m.Price(AllReduce, seedShape(1, n), 4<<10))
-			assert.Contains(t, []Algo{Tree, DTree, RHD}, c.Algo, "%d ranks, 4 KiB: %s", n, c)
+			c := Best(m.Price(AllReduce, seedShape(1, n), 4<<10, Restriction{}))
+			assert.Contains(t, []string{"tree", "dtree", "rhd"}, c.Name(), "%d ranks, 4 KiB: %s", n, c)
 		}
 		for _, nodes := range []int{2, 4, 16} {
-			c := Best(m.Price(AllReduce, seedShape(nodes, 8), 1<<30))
-			assert.Equal(t, Hier, c.Algo, "%d nodes x 8, 1 GiB: %s", nodes, c)
+			c := Best(m.Price(AllReduce, seedShape(nodes, 8), 1<<30, Restriction{}))
+			assert.Equal(t, Levels, c.Row.Place, "%d nodes x 8, 1 GiB: %s", nodes, c)
 		}
 	}
 }
@@ -109,7 +148,7 @@ func TestTunerFallbackWarnsOnce(t *testing.T) {
 	tu.Logf = func(f string, a ...any) { tables = append(tables, fmt.Sprintf(f, a...)) }
 	for _, b := range []int{100, 100, 1 << 20, 1 << 21} {
 		c := tu.Choose(AllReduce, b)
-		assert.NotEqual(t, Hier, c.Algo)
+		assert.NotEqual(t, Levels, c.Row.Place)
 	}
 	require.Len(t, warnings, 1)
 	assert.Contains(t, warnings[0], "same number of ranks")
@@ -120,31 +159,54 @@ func TestTunerFallbackWarnsOnce(t *testing.T) {
 	// A bare form a collective lacks falls back for that collective only.
 	spec, _ = ParseAlgo("dtree")
 	tu = New(spec, DefaultModel(), Shape{N: 8, Nodes: 1, PerNode: 8})
-	assert.Equal(t, DTree, tu.Choose(AllReduce, 1<<20).Algo)
-	assert.Equal(t, DTree, tu.Choose(Broadcast, 1<<20).Algo)
-	assert.Contains(t, []Algo{Ring, RHD}, tu.Choose(AllGather, 1<<20).Algo)
+	assert.Equal(t, "dtree", tu.Choose(AllReduce, 1<<20).Name())
+	assert.Equal(t, "dtree", tu.Choose(Broadcast, 1<<20).Name())
+	assert.Contains(t, []string{"ring", "rhd", "bruck"}, tu.Choose(AllGather, 1<<20).Name())
 	spec, _ = ParseAlgo("allgather=rhd")
 	tu = New(spec, DefaultModel(), Shape{N: 6, Nodes: 1, PerNode: 6})
-	assert.Equal(t, Ring, tu.Choose(AllGather, 1<<20).Algo)
+	assert.NotEqual(t, "rhd", tu.Choose(AllGather, 1<<20).Name())
 }
 
 func TestForcedHierFillsLevels(t *testing.T) {
 	spec, _ := ParseAlgo("level1:tree")
 	tu := New(spec, DefaultModel(), seedShape(4, 8))
 	c := tu.Choose(AllReduce, 1<<20)
-	assert.Equal(t, Hier, c.Algo)
-	assert.Equal(t, Tree, c.Level1)
-	assert.NotEqual(t, Auto, c.Level0)
+	assert.Equal(t, Levels, c.Row.Place)
+	assert.Equal(t, "tree", c.Level1.Name)
+	assert.NotNil(t, c.Level0)
 }
 
 func TestCostClosedForms(t *testing.T) {
 	m := DefaultModel()
 	s := Shape{N: 8, Nodes: 1, PerNode: 8, Consecutive: true, Bytes: 8 << 20} // one segment per ring step
 	l := m.Intra
+	named := func(form string) Choice {
+		c, err := Named(AllReduce, form, 1<<20)
+		require.NoError(t, err)
+		return c
+	}
 	ring := 14*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW
-	assert.InDelta(t, ring, m.Cost(AllReduce, Choice{Algo: Ring}, s), 1e-12)
+	assert.InDelta(t, ring, m.Cost(named("ring"), s), 1e-12)
 	rhd := 2*(4+2+1)*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW // 4, 2, 1 segments per step
-	assert.InDelta(t, rhd, m.Cost(AllReduce, Choice{Algo: RHD}, s), 1e-12)
+	assert.InDelta(t, rhd, m.Cost(named("rhd"), s), 1e-12)
+	// A quarter of the segment quadruples the ring's frames.
+	c := named("ring")
+	c.Segment = 256 << 10
+	ring = 14*4*l.Latency + 2*7.0/8*s.Bytes/l.Bandwidth + 7.0/8*s.Bytes/m.ReduceBW
+	assert.InDelta(t, ring, m.Cost(c, s), 1e-12)
+}
+
+// TestSegmentAxis checks that the segment is an axis of the table: a deep
+// chain of a large message pipelines better in small segments, a small
+// message takes the largest (one frame per step).
+func TestSegmentAxis(t *testing.T) {
+	m := hccsRoce()
+	s := seedShape(1, 32)
+	spec, _ := ParseAlgo("broadcast=ring")
+	tu := New(spec, m, s)
+	small, large := tu.Choose(Broadcast, 4<<10), tu.Choose(Broadcast, 256<<20)
+	assert.Equal(t, m.Segment, small.Segment, "one frame per step: %s", small)
+	assert.Less(t, large.Segment, m.Segment, "the 31-deep chain pipelines in smaller segments: %s", large)
 }
 
 // TestVectorCandidates checks the allgather and reduce-scatter tables: the
@@ -154,54 +216,77 @@ func TestCostClosedForms(t *testing.T) {
 func TestVectorCandidates(t *testing.T) {
 	m := hccsRoce()
 	for _, coll := range []Coll{AllGather, ReduceScatter} {
-		rows := m.Price(coll, seedShape(4, 8), 1<<30)
+		ps := Collapse(m.Price(coll, seedShape(4, 8), 1<<30, Restriction{}))
 		var names []string
-		for _, r := range rows {
-			names = append(names, r.Choice.String())
-			require.NoError(t, r.Err, "%s %s", coll, r.Choice)
-			assert.Greater(t, r.Seconds, 0.0, "%s %s", coll, r.Choice)
+		for _, p := range ps {
+			names = append(names, p.Choice.Name())
+			if p.Choice.Row.Place == Node || p.Choice.Level0 != nil && p.Choice.Level0.Name == "mesh" {
+				require.Error(t, p.Err, "%s %s runs only with shared memory", coll, p.Choice)
+				continue
+			}
+			require.NoError(t, p.Err, "%s %s", coll, p.Choice)
+			assert.Greater(t, p.Seconds, 0.0, "%s %s", coll, p.Choice)
 		}
-		assert.Equal(t, []string{"ring", "rhd", "level0:ring;level1:ring", "level0:ring;level1:rhd",
-			"level0:rhd;level1:ring", "level0:rhd;level1:rhd"}, names, "%s", coll)
-		assert.Equal(t, Hier, Best(rows).Algo, "%s 1 GiB on 4 x 8", coll)
-		assert.Len(t, Candidates(coll, seedShape(1, 8)), 2, "no hierarchical form on one node")
+		want := []string{"ring", "rhd"}
+		if coll == AllGather {
+			want = append(want, "bruck", "mesh.oneshot", "mesh.singlecopy")
+		} else {
+			want = append(want, "mesh.oneshot")
+		}
+		want = append(want, "level0:ring;level1:ring", "level0:ring;level1:rhd", "level0:rhd;level1:ring",
+			"level0:rhd;level1:rhd", "level0:mesh;level1:ring", "level0:mesh;level1:rhd")
+		assert.Equal(t, want, names, "%s", coll)
+		assert.Equal(t, Levels, Best(ps).Row.Place, "%s 1 GiB on 4 x 8", coll)
+		for _, c := range m.Candidates(coll, seedShape(1, 8), Restriction{}) {
+			assert.NotEqual(t, Levels, c.Row.Place, "no hierarchical form on one node")
+		}
 	}
 	// 3 nodes of 6: level0 rhd needs a power-of-two node size, the
 	// allgather's level1 doubling a power-of-two number of nodes.
 	s := seedShape(3, 6)
 	s.Bytes = 1 << 20
-	assert.ErrorContains(t, CanRun(AllGather, Choice{Algo: Hier, Level0: Ring, Level1: RHD}, s), "power-of-two number of nodes")
-	assert.NoError(t, CanRun(ReduceScatter, Choice{Algo: Hier, Level0: Ring, Level1: RHD}, s))
-	assert.ErrorContains(t, CanRun(ReduceScatter, Choice{Algo: Hier, Level0: RHD, Level1: Ring}, s), "power-of-two node size")
-	assert.ErrorContains(t, CanRun(AllGather, Choice{Algo: Hier, Level0: Ring, Level1: Tree}, s), "level1 runs ring or rhd, not tree")
-	assert.NoError(t, CanRun(ReduceScatter, Choice{Algo: RHD}, Shape{N: 7, Nodes: 1, PerNode: 7}), "halving folds any group")
+	choice := func(coll Coll, form string) Choice {
+		c, err := Named(coll, form, 1<<20)
+		require.NoError(t, err)
+		return c
+	}
+	assert.ErrorContains(t, choice(AllGather, "level0:ring;level1:rhd").CanRun(s), "power-of-two group")
+	assert.NoError(t, choice(ReduceScatter, "level0:ring;level1:rhd").CanRun(s))
+	assert.ErrorContains(t, choice(ReduceScatter, "level0:rhd;level1:ring").CanRun(s), "power-of-two node size")
+	_, err := Named(AllGather, "level0:ring;level1:tree", 0)
+	assert.ErrorContains(t, err, "level1 runs ring or rhd, not tree")
+	assert.NoError(t, choice(ReduceScatter, "rhd").CanRun(Shape{N: 7, Nodes: 1, PerNode: 7}), "halving folds any group")
 }
 
-// TestVectorCostClosedForms checks the new prices against their formulas on
+// TestVectorCostClosedForms checks the prices against their formulas on
 // one link class: the folded halving reduce-scatter, and the hierarchical
 // forms as the sum of their levels.
 func TestVectorCostClosedForms(t *testing.T) {
 	m := DefaultModel()
-	m.Segment = 64 << 20 // one frame per step
 	l := m.Intra
 	S := float64(6 << 20)
 	s := Shape{N: 6, Nodes: 1, PerNode: 6, Consecutive: true, Bytes: S}
+	choice := func(coll Coll, form string) Choice {
+		c, err := Named(coll, form, 64<<20) // one frame per step
+		require.NoError(t, err)
+		return c
+	}
 	// p = 4, 2 folded pairs, virtual blocks of 2, 2, 1, 1 ranks' blocks:
 	// halving steps whose larger halves are 4 and 2 of the 6 blocks, the
 	// fold of S (reduced as it streams, slower to send than to reduce
 	// here), one block back.
 	want := 2*l.Latency + (S*4/6+S*2/6)*(1/l.Bandwidth+1/m.ReduceBW) + 2*l.Latency + S/l.Bandwidth + S/6/l.Bandwidth
-	assert.InDelta(t, want, m.Cost(ReduceScatter, Choice{Algo: RHD}, s), 1e-12)
+	assert.InDelta(t, want, m.Cost(choice(ReduceScatter, "rhd"), s), 1e-12)
 
 	h := Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Bytes: S}
 	i, x := m.Intra, m.Inter
 	// allgather: a 2-rank ring across nodes of the S/4 slice, then a 4-rank
 	// ring inside of S.
 	want = (x.Latency + S/4/2/x.Bandwidth) + (3*i.Latency + 3.0/4*S/i.Bandwidth)
-	assert.InDelta(t, want, m.Cost(AllGather, Choice{Algo: Hier, Level0: Ring, Level1: Ring}, h), 1e-12)
+	assert.InDelta(t, want, m.Cost(choice(AllGather, "level0:ring;level1:ring"), h), 1e-12)
 	// reduce-scatter: the same legs reversed, each reducing what it receives.
 	want = (3*i.Latency + 3.0/4*S*(1/i.Bandwidth+1/m.ReduceBW)) + (x.Latency + S/4/2*(1/x.Bandwidth+1/m.ReduceBW))
-	assert.InDelta(t, want, m.Cost(ReduceScatter, Choice{Algo: Hier, Level0: Ring, Level1: Ring}, h), 1e-12)
+	assert.InDelta(t, want, m.Cost(choice(ReduceScatter, "level0:ring;level1:ring"), h), 1e-12)
 }
 
 // TestBareHierFallsBackForVectors checks that the seed's bare
@@ -213,15 +298,87 @@ func TestBareHierFallsBackForVectors(t *testing.T) {
 	var warnings []string
 	tu := New(spec, DefaultModel(), seedShape(2, 4))
 	tu.Warnf = func(f string, a ...any) { warnings = append(warnings, fmt.Sprintf(f, a...)) }
-	assert.Equal(t, Choice{Algo: Hier, Level0: Ring, Level1: Tree}, tu.Choose(AllReduce, 1<<20))
-	assert.NotEqual(t, Tree, tu.Choose(AllGather, 1<<20).Level1)
+	assert.Equal(t, "level0:ring;level1:tree", tu.Choose(AllReduce, 1<<20).Name())
+	if c := tu.Choose(AllGather, 1<<20); c.Level1 != nil {
+		assert.NotEqual(t, "tree", c.Level1.Name)
+	}
 	require.Len(t, warnings, 1)
-	assert.Contains(t, warnings[0], "allgather's level1 runs ring or rhd, not tree")
+	assert.Contains(t, warnings[0], "allgather")
 
 	spec, _ = ParseAlgo("reducescatter=level0:rhd")
 	tu = New(spec, DefaultModel(), seedShape(2, 4))
 	c := tu.Choose(ReduceScatter, 1<<20)
-	assert.Equal(t, Hier, c.Algo)
-	assert.Equal(t, RHD, c.Level0)
-	assert.Contains(t, []Algo{Ring, RHD}, c.Level1, "level1 filled from the reduce-scatter's own")
+	assert.Equal(t, Levels, c.Row.Place)
+	assert.Equal(t, "rhd", c.Level0.Name)
+	assert.Contains(t, []string{"ring", "rhd"}, c.Level1.Name, "level1 filled from the reduce-scatter's own")
+}
+
+// testFigures are a host's figures in the range seen on the machines of
+// docs/mesh.md: a 0.4 us hand-off, copies at 40 GB/s in L2 falling to
+// 8 GB/s beyond the caches, the kernel's copy a little slower, a core
+// reading another's fresh lines at 8 GB/s, 2 MiB of L2.
+func testFigures() mesh.Figures {
+	return mesh.Figures{HandOff: 0.4e-6, Syscall: 0.8e-6, Cross: 8e9, L2: 2 << 20,
+		Sizes:  []float64{256 << 10, 2 << 20, 8 << 20, 32 << 20},
+		Copy:   []float64{40e9, 20e9, 14e9, 8e9},
+		Kernel: []float64{25e9, 16e9, 12e9, 5e9}}
+}
+
+// TestMeshRows checks the engine's rows in the table: they run only where
+// every rank shares one engine (and single copy only for two ranks that may
+// read each other), GOHCCL_ALGO=mesh restricts the choice to them, a row
+// name forces one, and level0:mesh composes the hierarchical rows with the
+// engine's legs.
+func TestMeshRows(t *testing.T) {
+	m := DefaultModel()
+	m.Host = testFigures()
+	off := Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true}
+	for _, p := range m.Price(AllReduce, off, 1<<20, Restriction{}) {
+		if p.Choice.Row.Place == Node {
+			assert.ErrorContains(t, p.Err, "one host", p.Choice.String())
+		}
+	}
+	two := Shape{N: 2, Nodes: 1, PerNode: 2, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 2, Chunk: 64 << 10}}
+	spec, err := ParseAlgo("mesh")
+	require.NoError(t, err)
+	tu := New(spec, m, two)
+	for _, b := range []int{4 << 10, 1 << 20, 64 << 20} {
+		c := tu.Choose(AllReduce, b)
+		assert.Equal(t, "mesh", c.Row.Family, "%d bytes: %s", b, c)
+		assert.NotEqual(t, "mesh.singlecopy", c.Name(), "no cross-memory attach: never single copy")
+	}
+	two.Mesh.SingleCopy = true
+	auto := New(Spec{}, m, two)
+	assert.Equal(t, "mesh.oneshot", auto.Choose(AllReduce, 4<<10).Name(), "4 KiB: one wait")
+	assert.Equal(t, "mesh.oneshot", auto.Choose(AllReduce, 64<<10).Name(), "64 KiB: one wait")
+	spec, _ = ParseAlgo("allreduce=mesh.twophase")
+	assert.Equal(t, "mesh.twophase", New(spec, m, two).Choose(AllReduce, 64<<10).Name())
+	three := two
+	three.N, three.PerNode, three.Mesh.Ranks = 3, 3, 3
+	for _, p := range m.Price(AllReduce, three, 16<<20, Restriction{}) {
+		if p.Choice.Name() == "mesh.singlecopy" {
+			assert.ErrorContains(t, p.Err, "two ranks")
+		}
+	}
+	// level0:mesh across two hosts of four ranks each.
+	hosts := Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Mesh: MeshShape{Level0: true, Ranks: 4, Chunk: 64 << 10}}
+	spec, _ = ParseAlgo("level0:mesh;level1:rhd")
+	c := New(spec, m, hosts).Choose(AllReduce, 16<<20)
+	assert.Equal(t, "level0:mesh;level1:rhd", c.Name())
+	assert.Greater(t, m.Cost(c, Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Mesh: hosts.Mesh, Bytes: 16 << 20}), 0.0)
+}
+
+// TestInfoTable checks the line GOHCCL_DEBUG=INFO prints: every row with
+// its price (the engine's rows among them) and the choice.
+func TestInfoTable(t *testing.T) {
+	m := DefaultModel()
+	m.Host = testFigures()
+	s := Shape{N: 2, Nodes: 1, PerNode: 2, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 2, SingleCopy: true, Chunk: 64 << 10}}
+	tu := New(Spec{}, m, s)
+	line := tu.Table(AllReduce, 1<<20)
+	for _, want := range []string{"allreduce [1MiB, 2MiB) on 2 ranks", "ring/", "tree/", "mesh.oneshot ", "mesh.twophase ",
+		"mesh.singlecopy ", "-> mesh."} {
+		assert.Contains(t, line, want)
+	}
+	assert.False(t, strings.Contains(line, "level0:"), "no hierarchical form on one node: %s", line)
 }

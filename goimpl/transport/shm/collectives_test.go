@@ -14,6 +14,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/config"
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
+	shmem "github.com/gohccl/gohccl/goimpl/shm"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	shmlink "github.com/gohccl/gohccl/goimpl/transport/shm"
 )
@@ -40,7 +41,7 @@ func shmWorld(t *testing.T, n, ringBytes int, cfg config.Config) []*comm.Comm {
 	comms := make([]*comm.Comm, n)
 	for i, r := range perm {
 		m := transport.NewMatcher(r, n)
-		local, err := shmlink.Attach(region, perm, i, ringBytes, m)
+		local, err := shmlink.Attach(region, perm, i, ringBytes, m, shmem.DefaultPolicy)
 		require.NoError(t, err)
 		links := make([]transport.Link, n)
 		for j, p := range perm {

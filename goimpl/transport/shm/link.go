@@ -54,6 +54,8 @@ type Link struct {
 	out, in  ring // this rank to the peer, the peer to this rank
 	self     procIdentity
 	peerSlot *procSlot
+	// wait is the communicator's wait policy.
+	wait *shmem.Policy
 
 	closed atomic.Bool
 	// lost is why the receive side stopped when the peer went away or
@@ -99,8 +101,9 @@ type receiver struct {
 // It returns links indexed by local index (nil at me), each delivering the
 // frames it receives to m with the peer's communicator rank, and starts one
 // receive goroutine per incoming ring. Every local rank must pass the same
-// ranks and ringBytes; a region laid out differently is refused.
-func Attach(region []byte, ranks []int, me int, ringBytes int, m *transport.Matcher) ([]transport.Link, error) {
+// ranks and ringBytes; a region laid out differently is refused. wait is
+// how the links wait for room and for frames.
+func Attach(region []byte, ranks []int, me int, ringBytes int, m *transport.Matcher, wait shmem.Policy) ([]transport.Link, error) {
 	n := len(ranks)
 	switch {
 	case n < 1 || n > maxLocal:
@@ -151,6 +154,7 @@ func Attach(region []byte, ranks []int, me int, ringBytes int, m *transport.Matc
 			in:       ringAt(region, n, p, me, capBytes),
 			self:     self,
 			peerSlot: at[procSlot](region, line*(1+p)),
+			wait:     &wait,
 			done:     make(chan struct{}),
 		}
 		l.tx.stop = l.sendStop
@@ -264,7 +268,7 @@ func (l *Link) reserve(need uint64, deadline time.Time) (uint64, error) {
 	// The receiver may be waiting for what this frame wrote so far.
 	l.publishTail()
 	for {
-		werr := waitAtLeast(l.out.head, s.pos+need-l.out.cap, deadline, s.stop, shmem.SleepSlice)
+		werr := waitAtLeast(l.out.head, s.pos+need-l.out.cap, deadline, s.stop, shmem.SleepSlice, l.wait)
 		if err := l.loadHead(); err != nil {
 			return 0, err
 		}
@@ -432,7 +436,7 @@ func (l *Link) await(need uint64) error {
 	// Hand the room back before sleeping: the sender may be waiting for it.
 	l.publishHead()
 	for {
-		werr := waitAtLeast(l.in.tail, rx.pos+need, forever, rx.stop, livenessEvery)
+		werr := waitAtLeast(l.in.tail, rx.pos+need, forever, rx.stop, livenessEvery, l.wait)
 		// Even when stopped, take what the peer published before it closed.
 		if err := l.loadTail(); err != nil {
 			return err
@@ -516,11 +520,11 @@ const politeEvery = 32
 // P is the one the rank's goroutine, woken by the frame just delivered,
 // needs to run: here, with two cores, it made a small-frame round trip
 // between two processes or goroutines 20 to 100 us instead of 2 to 5.
-func waitAtLeast(c *shmem.Counter, v uint64, deadline time.Time, stop func() error, poll time.Duration) error {
+func waitAtLeast(c *shmem.Counter, v uint64, deadline time.Time, stop func() error, poll time.Duration, p *shmem.Policy) error {
 	if c.Load() >= v {
 		return nil
 	}
-	if p := shmem.CurrentPolicy(); p.Spin > 0 {
+	if p.Spin > 0 {
 		start := time.Now()
 		for i := 1; ; i++ {
 			if c.Load() >= v {
@@ -538,7 +542,7 @@ func waitAtLeast(c *shmem.Counter, v uint64, deadline time.Time, stop func() err
 			}
 		}
 	}
-	return c.WaitAtLeastPolling(v, deadline, stop, poll)
+	return c.WaitAtLeastPolling(v, deadline, stop, poll, p)
 }
 
 // guarded runs f, which touches the region, turning a memory fault into

@@ -34,7 +34,7 @@ func newHost(t testing.TB, ranks []int, size, ringBytes int) *host {
 	h := &host{region: make([]byte, RegionSize(len(ranks), ringBytes)), ranks: ranks}
 	for i, r := range ranks {
 		m := transport.NewMatcher(r, size)
-		links, err := Attach(h.region, ranks, i, ringBytes, m)
+		links, err := Attach(h.region, ranks, i, ringBytes, m, testWait)
 		require.NoError(t, err)
 		h.matchers = append(h.matchers, m)
 		h.links = append(h.links, links)
@@ -312,7 +312,7 @@ func TestPeerGoneDeliversFirst(t *testing.T) {
 func halfHost(t *testing.T) (region []byte, l transport.Link, m *transport.Matcher) {
 	region = make([]byte, RegionSize(2, testRing))
 	m = transport.NewMatcher(1, 2)
-	links, err := Attach(region, []int{0, 1}, 1, testRing, m)
+	links, err := Attach(region, []int{0, 1}, 1, testRing, m, testWait)
 	require.NoError(t, err)
 	t.Cleanup(func() { links[0].Close() })
 	return region, links[0], m
@@ -430,20 +430,20 @@ func TestCorruptHead(t *testing.T) {
 func TestAttachRefuses(t *testing.T) {
 	m := transport.NewMatcher(0, 2)
 	region := make([]byte, RegionSize(2, testRing))
-	_, err := Attach(region[:len(region)-1], []int{0, 1}, 0, testRing, m)
+	_, err := Attach(region[:len(region)-1], []int{0, 1}, 0, testRing, m, testWait)
 	assert.ErrorContains(t, err, "too small")
-	_, err = Attach(region, []int{0, 1}, 2, testRing, m)
+	_, err = Attach(region, []int{0, 1}, 2, testRing, m, testWait)
 	assert.ErrorContains(t, err, "local index 2")
-	_, err = Attach(region, []int{1, 1}, 0, testRing, m)
+	_, err = Attach(region, []int{1, 1}, 0, testRing, m, testWait)
 	assert.ErrorContains(t, err, "both communicator rank 1")
-	links, err := Attach(region, []int{0, 1}, 0, testRing, m)
+	links, err := Attach(region, []int{0, 1}, 0, testRing, m, testWait)
 	require.NoError(t, err)
 	defer links[1].Close()
-	_, err = Attach(region, []int{0, 1}, 1, testRing/2, transport.NewMatcher(1, 2))
+	_, err = Attach(region, []int{0, 1}, 1, testRing/2, transport.NewMatcher(1, 2), testWait)
 	assert.ErrorContains(t, err, "laid out for 2 local ranks with 4096-byte rings")
 	garbage := make([]byte, RegionSize(2, testRing))
 	garbage[7] = 0xee
-	_, err = Attach(garbage, []int{0, 1}, 0, testRing, m)
+	_, err = Attach(garbage, []int{0, 1}, 0, testRing, m, testWait)
 	assert.ErrorContains(t, err, "does not hold gohccl rings")
 	assert.Equal(t, "shm", links[1].Class())
 	assert.Nil(t, links[0])

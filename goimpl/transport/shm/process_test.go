@@ -35,13 +35,16 @@ const (
 // The parent is local rank 0 (communicator rank 0), the child local rank 1.
 var pairRanks = []int{0, 1}
 
+// testWait is the wait policy of the tests' links (and their children's).
+var testWait = shmem.DefaultPolicy
+
 func TestMain(m *testing.M) {
 	// SHMLINK_TEST_SPIN (a duration) and SHMLINK_TEST_YIELD set the wait
 	// policy of the tests and of their children, to compare policies in
 	// the benchmarks.
 	if v := os.Getenv("SHMLINK_TEST_SPIN"); v != "" {
 		d, _ := time.ParseDuration(v)
-		shmem.SetPolicy(shmem.Policy{Spin: d, Yield: os.Getenv("SHMLINK_TEST_YIELD") != ""})
+		testWait = shmem.Policy{Spin: d, Yield: os.Getenv("SHMLINK_TEST_YIELD") != ""}
 	}
 	if role := os.Getenv(envRole); role != "" {
 		if err := runChild(role); err != nil {
@@ -66,7 +69,7 @@ func runChild(role string) error {
 	}
 	defer seg.Close()
 	m := transport.NewMatcher(1, 2)
-	links, err := Attach(seg.Bytes(), pairRanks, 1, ringBytes, m)
+	links, err := Attach(seg.Bytes(), pairRanks, 1, ringBytes, m, testWait)
 	if err != nil {
 		return err
 	}
@@ -176,7 +179,7 @@ func startPair(t testing.TB, role string, ringBytes int, env ...string) (*child,
 	require.NoError(t, seg.Unlink())
 
 	m := transport.NewMatcher(0, 2)
-	links, err := Attach(seg.Bytes(), pairRanks, 0, ringBytes, m)
+	links, err := Attach(seg.Bytes(), pairRanks, 0, ringBytes, m, testWait)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		links[1].Close()
@@ -319,9 +322,9 @@ func TestTruncatedSegment(t *testing.T) {
 	defer seg.Close()
 	defer shmem.Unlink(name)
 	ma, mb := transport.NewMatcher(0, 2), transport.NewMatcher(1, 2)
-	la, err := Attach(seg.Bytes(), pairRanks, 0, testRing, ma)
+	la, err := Attach(seg.Bytes(), pairRanks, 0, testRing, ma, testWait)
 	require.NoError(t, err)
-	lb, err := Attach(seg.Bytes(), pairRanks, 1, testRing, mb)
+	lb, err := Attach(seg.Bytes(), pairRanks, 1, testRing, mb, testWait)
 	require.NoError(t, err)
 	hd := p2pHeader(1, 100)
 	r := transport.Recv{Peer: 0, Want: hd, Buf: make([]byte, 100)}

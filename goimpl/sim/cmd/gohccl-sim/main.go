@@ -50,26 +50,34 @@ func main() {
 	}
 	m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
 	shape := tune.Shape{N: net.Ranks, Nodes: *nodes, PerNode: *perNode, Consecutive: true}
-	rows := m.Price(c, shape, float64(bytes))
+	// The rows on a host's shared-memory engine have no links to simulate.
+	onLinks := func(ps []tune.Priced) []tune.Priced {
+		var out []tune.Priced
+		for _, p := range ps {
+			if p.Choice.Row.Place != tune.Node && (p.Choice.Level0 == nil || p.Choice.Level0.Name != "mesh") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	all := onLinks(m.Price(c, shape, float64(bytes), tune.Restriction{}))
+	rows := tune.Collapse(all)
 	if *algos != "" {
 		rows = nil
 		for _, a := range strings.Split(*algos, ",") {
 			spec, err := tune.ParseAlgo(a)
 			check(err)
-			ch := spec.Per[c]
-			s := shape
-			s.Bytes = float64(bytes)
-			r := tune.Row{Choice: ch}
-			if r.Err = tune.CanRun(c, ch, s); r.Err == nil {
-				r.Seconds = m.Cost(c, ch, s)
+			ps := tune.Collapse(onLinks(m.Price(c, shape, float64(bytes), spec.Per[c])))
+			if len(ps) == 0 {
+				check(fmt.Errorf("%s has no %s schedule over links", *coll, a))
 			}
-			rows = append(rows, r)
+			rows = append(rows, ps[0])
 		}
 	}
 	n := float64(net.Ranks)
 	factor := map[tune.Coll]float64{tune.AllReduce: 2 * (n - 1) / n, tune.Broadcast: 1, tune.AllGather: (n - 1) / n,
 		tune.ReduceScatter: (n - 1) / n}[c]
-	best := tune.Best(m.Price(c, shape, float64(bytes)))
+	best := tune.Best(all)
 	emit := func(v map[string]any) {
 		v["coll"], v["bytes"], v["nodes"], v["per_node"] = *coll, bytes, *nodes, *perNode
 		b, err := json.Marshal(v)
@@ -79,14 +87,14 @@ func main() {
 	if !*asJSON {
 		fmt.Printf("# %s of %s on %d nodes x %d ranks; intra %g GB/s %g us, inter %g GB/s %g us, reduce %g GB/s, segment %s\n",
 			*coll, *size, *nodes, *perNode, *intraBW, *intraLat, *interBW, *interLat, *reduceBW, *segment)
-		fmt.Printf("%-26s %12s %12s %10s %10s\n", "algorithm", "model", "simulated", "algbw", "busbw")
+		fmt.Printf("%-34s %12s %12s %10s %10s\n", "algorithm", "model", "simulated", "algbw", "busbw")
 	}
 	for _, r := range rows {
 		if r.Err != nil {
 			if *asJSON {
 				emit(map[string]any{"algorithm": r.Choice.String(), "error": r.Err.Error()})
 			} else {
-				fmt.Printf("%-26s %s\n", r.Choice, r.Err)
+				fmt.Printf("%-34s %s\n", r.Choice, r.Err)
 			}
 			continue
 		}
@@ -97,7 +105,7 @@ func main() {
 			emit(map[string]any{"algorithm": r.Choice.String(), "model_s": r.Seconds, "sim_s": t, "algbw": algbw, "busbw": algbw * factor})
 			continue
 		}
-		fmt.Printf("%-26s %12s %12s %8.2fGB/s %8.2fGB/s\n", r.Choice, tune.FormatSeconds(r.Seconds), tune.FormatSeconds(t), algbw, algbw*factor)
+		fmt.Printf("%-34s %12s %12s %8.2fGB/s %8.2fGB/s\n", r.Choice, tune.FormatSeconds(r.Seconds), tune.FormatSeconds(t), algbw, algbw*factor)
 	}
 	if *asJSON {
 		emit(map[string]any{"tuner": best.String()})
