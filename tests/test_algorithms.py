@@ -33,7 +33,7 @@ from harness import (
 
 SEED = 2468
 SWEEP_TIMEOUT = 150  # harness deadline of one launch (s)
-FLAT = ["ring", "tree", "dtree", "rhd"]
+FLAT = ["ring", "tree", "dtree", "rhd", "bruck", "mesh", "mesh.oneshot", "mesh.twophase", "mesh.singlecopy"]
 HIER = ["level0:ring;level1:tree", "level0:ring;level1:rhd"]
 WORLDS = [3, 4]
 LAUNCH_ENV = {"GOHCCL_BUFFSIZE": "256K"}
@@ -101,6 +101,15 @@ def expected_choices(world, name):
         want["allgather"] = want["reducescatter"] = "fallback"
     if algo == "rhd" and world & (world - 1):
         want["allgather"] = "fallback"  # recursive doubling needs a power of two
+    if algo == "bruck":
+        want["allreduce"] = want["reducescatter"] = "fallback"  # an allgather only
+    if algo.startswith("mesh"):
+        # The shared-memory engine's rows: none over TCP; single copy only
+        # for two ranks; no two-phase allgather or reduce-scatter.
+        if os.environ.get("GOHCCL_TRANSPORT", "auto") == "tcp" or algo == "mesh.singlecopy":
+            return dict.fromkeys(COLLS, "fallback")
+        if algo == "mesh.twophase":
+            want["allgather"] = want["reducescatter"] = "fallback"
     return want
 
 
@@ -159,7 +168,6 @@ def _reduce_scatter(ctx, g, dtype, op, n, key):
 
 _CHOICE = re.compile(r"\] INFO (allreduce|broadcast|reduce|allgather|reducescatter) .* -> (\S+)$")
 _FALLBACK = re.compile(r"GOHCCL_ALGO asks for \S+ for (\w+), which cannot run here")
-_MESH_LEVEL0 = re.compile(r"hierarchical level0 on the shared-memory mesh for: (.*)$")
 
 
 def _choices(ctx, offset):
@@ -172,12 +180,14 @@ def _choices(ctx, offset):
         text = f.read().decode("utf-8", "replace")
     forced, chosen, fallbacks, mesh_level0 = {}, {}, set(), set()
     for line in text.splitlines():
-        m = _MESH_LEVEL0.search(line)
-        if m:
-            mesh_level0.update(x.strip() for x in m.group(1).split(","))
         m = _CHOICE.search(line)
         if m:
-            (forced if "forced by GOHCCL_ALGO" in line else chosen).setdefault(m.group(1), set()).add(m.group(2))
+            # The choice is the row's name, then "/" and the segment of a
+            # schedule that streams: the name is what GOHCCL_ALGO takes.
+            name = m.group(2).split("/")[0]
+            (forced if "(GOHCCL_ALGO allows" in line else chosen).setdefault(m.group(1), set()).add(name)
+            if name.startswith("level0:mesh;"):
+                mesh_level0.add(m.group(1))
         m = _FALLBACK.search(line)
         if m:
             fallbacks.add(m.group(1))
@@ -350,6 +360,9 @@ def test_forced_choice(backend, world, algo):
                 # level0 open: the log names the tuner's level0 with it.
                 assert coll not in got["fallbacks"] and len(forced) == 1, what
                 assert forced[0].startswith("level0:") and forced[0].endswith(";" + want), what
+            elif want == "mesh":
+                # The family: the tuner picks one of its rows.
+                assert coll not in got["fallbacks"] and forced and all(f.startswith("mesh.") for f in forced), what
             else:
                 assert coll not in got["fallbacks"] and forced == [want], what
         if algo in MESH_LEVEL0 and os.environ.get("GOHCCL_TRANSPORT", "auto") != "tcp":

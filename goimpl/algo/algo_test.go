@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,17 +40,7 @@ func newOps(t testing.TB, n int, dt reduce.DType, op reduce.Op, seq uint64) []*O
 }
 
 func runRanks(ops []*Op, f func(o *Op) error) []error {
-	errs := make([]error, len(ops))
-	var wg sync.WaitGroup
-	for r, o := range ops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(o)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return reftest.OnRanks(len(ops), func(r int) error { return f(ops[r]) })
 }
 
 func noErrs(t *testing.T, errs []error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport/inproc"
@@ -28,7 +29,7 @@ func benchWorld(b *testing.B, n int, tcp bool) []*Comm {
 		return comms
 	}
 	store := rendezvous.NewMemStore()
-	errs := runIndexed(n, func(r int) error {
+	errs := reftest.OnRanks(n, func(r int) error {
 		var err error
 		comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: 20 * time.Second, Config: cfg, MasterAddr: "127.0.0.1"})
 		return err

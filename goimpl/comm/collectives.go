@@ -48,7 +48,9 @@ func (c *Comm) finishAvg(op reduce.Op, dt reduce.DType, b []byte) {
 // choose asks the table for coll moving bytes (the same count on every
 // rank: the tuner's choice must be).
 func (c *Comm) choose(coll tune.Coll, bytes int) tune.Choice {
-	c.choice = c.tuner.Choose(coll, bytes)
+	if c.choice = c.pinned[coll]; c.choice.Row == nil {
+		c.choice = c.tuner.Choose(coll, bytes)
+	}
 	return c.choice
 }
 

@@ -102,6 +102,9 @@ type Comm struct {
 	call   mesh.Call
 	args   tune.Args
 	choice tune.Choice
+	// pinned, where set, is the choice of its collective instead of the
+	// tuner's: the tests pin every row of the table in turn.
+	pinned [tune.NumColls]tune.Choice
 }
 
 func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,17 +48,7 @@ func world(t *testing.T, n int, f func(c *Comm) error) []error {
 }
 
 func runAll(comms []*Comm, f func(c *Comm) error) []error {
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(c)
-		}()
-	}
-	wg.Wait()
-	return errs
+	return reftest.OnRanks(len(comms), func(r int) error { return f(comms[r]) })
 }
 
 func noErrors(t *testing.T, errs []error) {
@@ -443,23 +432,27 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 // TestBootstrapTCP runs the real bootstrap and TCP links between goroutine
-// ranks sharing an in-memory store.
+// ranks sharing an in-memory store (GOHCCL_TRANSPORT=tcp: ranks of one
+// process would otherwise share memory).
 func TestBootstrapTCP(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4} {
 		store := rendezvous.NewMemStore()
 		comms := make([]*Comm, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r := 0; r < n; r++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				comms[r], errs[r] = New(rendezvous.Prefixed(store, "g/"), Options{Rank: r, Size: n, Timeout: 10 * time.Second,
-					Config: smallBuffers(), MasterAddr: "127.0.0.1"})
-			}()
-		}
-		wg.Wait()
+		cfg := smallBuffers()
+		cfg.Transport = "tcp"
+		errs := reftest.OnRanks(n, func(r int) (err error) {
+			comms[r], err = New(rendezvous.Prefixed(store, "g/"), Options{Rank: r, Size: n, Timeout: 10 * time.Second,
+				Config: cfg, MasterAddr: "127.0.0.1"})
+			return err
+		})
 		noErrors(t, errs)
+		for _, c := range comms {
+			require.Nil(t, c.local, "no shared memory under GOHCCL_TRANSPORT=tcp")
+			if n > 1 {
+				require.Contains(t, c.Describe(), "tcp")
+				require.NotContains(t, c.Describe(), "shm")
+			}
+		}
 		count := 30011
 		inputs := make([][]int64, n)
 		bufs := make([][]byte, n)
@@ -485,7 +478,7 @@ func TestBootstrapReusedStore(t *testing.T) {
 	store := rendezvous.NewMemStore()
 	for cycle := 0; cycle < 3; cycle++ {
 		comms := make([]*Comm, 2)
-		errs := runIndexed(2, func(r int) error {
+		errs := reftest.OnRanks(2, func(r int) error {
 			var err error
 			comms[r], err = New(store, Options{Rank: r, Size: 2, Timeout: 10 * time.Second, Config: smallBuffers(), MasterAddr: "localhost"})
 			return err
@@ -507,20 +500,6 @@ func TestBootstrapMissingRank(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
-func runIndexed(n int, f func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(r)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
 // TestCollectivesDoNotAllocate holds the Comm layer to what the mesh engine
 // below it already promises: a steady-state collective allocates nothing.
 // An allocation per call is invisible in a Go benchmark's timing but, called
@@ -532,7 +511,7 @@ func TestCollectivesDoNotAllocate(t *testing.T) {
 	const n = 2
 	store := rendezvous.NewMemStore()
 	comms := make([]*Comm, n)
-	noErrors(t, runIndexed(n, func(r int) error {
+	noErrors(t, reftest.OnRanks(n, func(r int) error {
 		var err error
 		comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: 20 * time.Second, Config: config.Default(), MasterAddr: "127.0.0.1"})
 		return err

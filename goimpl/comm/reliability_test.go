@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport"
@@ -60,7 +61,7 @@ func group(t *testing.T, transport string, n int) []*Comm {
 			cfg.Algo = "ring"
 		}
 		store := rendezvous.NewMemStore()
-		noErrors(t, runIndexed(n, func(r int) error {
+		noErrors(t, reftest.OnRanks(n, func(r int) error {
 			var err error
 			comms[r], err = New(store, Options{Rank: r, Size: n, Timeout: reliabilityTimeout, Config: cfg, MasterAddr: "127.0.0.1"})
 			return err
@@ -324,7 +325,7 @@ func TestListenerBindsChosenAddress(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			store := rendezvous.NewMemStore()
 			comms := make([]*Comm, 2)
-			noErrors(t, runIndexed(2, func(r int) error {
+			noErrors(t, reftest.OnRanks(2, func(r int) error {
 				o := Options{Rank: r, Size: 2, Timeout: reliabilityTimeout, Config: smallBuffers()}
 				cfg(&o)
 				var err error
@@ -408,7 +409,7 @@ func TestNoLeaksOverCycles(t *testing.T) {
 	cycle := func(fail bool) {
 		store := rendezvous.NewMemStore()
 		comms := make([]*Comm, 2)
-		noErrors(t, runIndexed(2, func(r int) error {
+		noErrors(t, reftest.OnRanks(2, func(r int) error {
 			var err error
 			comms[r], err = New(store, Options{Rank: r, Size: 2, Timeout: reliabilityTimeout, Config: smallBuffers(), MasterAddr: "127.0.0.1"})
 			return err

@@ -423,3 +423,6 @@ func (e *Engine) checkVariant(c *Call, ok ...Variant) error {
 	}
 	return fmt.Errorf("mesh: %s: the operation has no %s schedule", describeOp(&c.Stamp), c.Variant)
 }
+
+// Options returns the engine's tunables, the defaults filled in.
+func (e *Engine) Options() Options { return e.opt }

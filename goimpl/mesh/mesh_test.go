@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -88,15 +87,7 @@ func engines(t testing.TB, n, budget int) []*Engine {
 }
 
 // onRanks runs f for every rank on its own goroutine and returns the errors.
-func onRanks(n int, f func(r int) error) []error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = f(r) })
-	}
-	wg.Wait()
-	return errs
-}
+func onRanks(n int, f func(r int) error) []error { return reftest.OnRanks(n, f) }
 
 func noErrors(t testing.TB, errs []error) {
 	t.Helper()

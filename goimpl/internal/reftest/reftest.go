@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/gohccl/gohccl/goimpl/reduce"
 )
@@ -64,4 +65,16 @@ func Reduce(op reduce.Op, inputs [][]int64) []int64 {
 		}
 	}
 	return out
+}
+
+// OnRanks runs f for ranks 0..n-1, each on its own goroutine, and returns
+// each rank's error: the tests' fan-out of goroutine ranks.
+func OnRanks(n int, f func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { errs[r] = f(r) })
+	}
+	wg.Wait()
+	return errs
 }

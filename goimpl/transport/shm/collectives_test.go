@@ -4,7 +4,6 @@ package shm_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,16 +63,7 @@ func shmWorld(t *testing.T, n, ringBytes int, cfg config.Config) []*comm.Comm {
 // rank's error.
 func onEveryRank(t *testing.T, comms []*comm.Comm, f func(c *comm.Comm) error) {
 	t.Helper()
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = f(c)
-		}()
-	}
-	wg.Wait()
+	errs := reftest.OnRanks(len(comms), func(r int) error { return f(comms[r]) })
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
