@@ -160,6 +160,12 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 		s.Mesh = tune.MeshShape{Level0: true, Ranks: len(l.ranks), Chunk: facts.chunk}
 		m.Host = facts.figures
 	}
+	if m.Host.Valid() {
+		// A frame between ranks of a host that share memory goes through
+		// the same wake-up of the peer as a post to the engine: the links'
+		// latency is at least the hand-off measured there.
+		m.Intra.Latency = max(m.Intra.Latency, m.Host.HandOff)
+	}
 	if l := c.local; l != nil {
 		c.x.Node = l.engine
 		c.op.Node = tune.NodeLegs(l.engine, &c.call)
