@@ -31,7 +31,7 @@ The same module is a CLI (run as root):
   python tests/netns.py up --hosts 2 [--rate 1gbit] -- CMD...   run CMD on every host
   python tests/netns.py up --hosts 2                            hold the hosts until Ctrl-C
   python tests/netns.py list | clean
-In CMD the words {host} {hosts} {addr} {master} {hostname} {ifname} are
+In CMD the words {host} {hosts} {addr} {master} {mastername} {hostname} {ifname} are
 replaced per host (docs/hosts.md has examples).
 """
 
@@ -425,10 +425,13 @@ class Cluster:
         return env
 
     def substitute(self, h: Host, argv: list[str]) -> list[str]:
-        """substitute replaces {host} {hosts} {addr} {master} {hostname}
-        {ifname} in each word of argv with host h's values."""
+        """substitute replaces, in each word of argv, {host} (h's index),
+        {hosts} (their number), {addr} (h's address), {master} (host 0's
+        address), {mastername} (host 0's hostname), {hostname} (h's) and
+        {ifname} with their values."""
         words = {"{host}": str(h.index), "{hosts}": str(self.n), "{addr}": h.addr,
-                 "{master}": self.master.addr, "{hostname}": h.hostname, "{ifname}": IFNAME}
+                 "{master}": self.master.addr, "{mastername}": self.master.hostname,
+                 "{hostname}": h.hostname, "{ifname}": IFNAME}
         out = []
         for word in argv:
             for k, v in words.items():
