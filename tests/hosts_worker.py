@@ -444,6 +444,9 @@ def main(spec_path: str):
                 os._exit(0)
         dist.barrier()
         dist.destroy_process_group()
+        # The parent stops waiting here (the launchers' own shutdown
+        # takes seconds more and proves nothing).
+        open(os.path.join(outdir, f"closed-{rank}"), "w").close()
     except BaseException:  # noqa: BLE001 - reported to the parent
         _write(outdir, "crash", rank, {"ok": False, "traceback": traceback.format_exc()})
         sys.stderr.write(traceback.format_exc())
