@@ -14,7 +14,8 @@ GO_SRC  := $(shell find goimpl capi -name '*.go' -o -name '*.s' -o -name '*.h' 2
 CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
-.PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi
+.PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi \
+	test-hosts bench-hosts
 
 # The Python environment: torch and the test tools. The stamp records the
 # requirement line, so changing it reinstalls.
@@ -69,6 +70,15 @@ bench-mpi-setup: $(BUILT)
 
 bench-mpi: $(BUILT)
 	benchmarks/mpi.sh -np 2
+
+# Across emulated hosts (needs root; tests/netns.py, docs/hosts.md): the host
+# suite alone, and gohccl against Gloo at 2 hosts x 1 and x 2 ranks.
+# HOSTS_ARGS passes options, e.g. HOSTS_ARGS="--rate 1gbit -c all_reduce".
+test-hosts: $(BUILT)
+	$(PY) -m pytest tests/test_hosts.py -q
+
+bench-hosts: $(BUILT)
+	benchmarks/hosts.sh $(HOSTS_ARGS)
 
 clean:
 	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)
