@@ -584,7 +584,7 @@ def test_debug_info_shows_transports(topo):
             # Each host's engine may run level0: the topology line says so,
             # and the hierarchical rows with level0 on the mesh are priced.
             assert any("shared memory: whole group false, level0 true" in l for l in lines), f"rank {r}: {lines[:8]}"
-            priced = [l for l in lines if re.search(r"level0:mesh;level1:\w+/\S+ [\d.]+m?s", l)]
+            priced = [l for l in lines if re.search(r"level0:mesh;level1:\w+/\S+ [\d.]+(?:us|ms)", l)]
             assert priced, f"rank {r}: no level0:mesh row priced in the tuner's tables"
         else:
             assert not shared, f"rank {r} shares memory with another host: {shared}"
