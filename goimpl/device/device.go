@@ -86,8 +86,9 @@ type Runtime interface {
 	FreeHost(b []byte) error
 }
 
-// ErrRuntime is what every error of a runtime call wraps (errors.Is).
-var ErrRuntime = errors.New("accelerator runtime call failed")
+// ErrRuntime is what every runtime error wraps (errors.Is): a failed call,
+// or a runtime that cannot be loaded.
+var ErrRuntime = errors.New("accelerator runtime error")
 
 // Error is a failed runtime call: the call's name, the code it returned and
 // the runtime's own description of it (cudaGetErrorString,
