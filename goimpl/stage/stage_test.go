@@ -371,6 +371,27 @@ func TestSendRecvAndBarrier(t *testing.T) {
 	})
 }
 
+// TestInPlaceAllGather: an allgather whose input is its own block of the
+// output, as torch's in-place forms pass it.
+func TestInPlaceAllGather(t *testing.T) {
+	const n, count = 3, 20011
+	g := newGroup(t, device.ACL, n, config.MinBuffSize)
+	dt := reduce.Int64
+	in := inputs(n, count, 1, 11)
+	outs := make([]device.Ptr, n)
+	for r := range outs {
+		outs[r] = g.alloc(r, nil, n*count*dt.Size())
+		g.fake.Write(outs[r].Add(r*count*dt.Size()), reftest.Encode(dt, in[r]))
+	}
+	noErrors(t, g.run(func(r int, s *Stager, at Place) error {
+		return s.AllGather(at, outs[r].Add(r*count*dt.Size()), outs[r], count, dt, 0)
+	}))
+	want := reftest.Encode(dt, slices.Concat(in...))
+	for r := range outs {
+		require.Equal(t, want, g.fake.Read(outs[r], len(want)), "rank %d", r)
+	}
+}
+
 // TestChunksAreCut checks that the messages of the tests above do cross
 // several chunks, and that a chunk fits its slot with every area aligned.
 func TestChunksAreCut(t *testing.T) {
