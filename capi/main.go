@@ -267,6 +267,7 @@ func gohccl_comm_destroy(h C.gohccl_comm) (st C.gohccl_status) {
 		return C.GOHCCL_ERR_INVALID
 	}
 	c.Close()
+	closeStagers(uint64(h)) // device.go: the pinned buffers of device calls
 	return C.GOHCCL_OK
 }
 

@@ -36,7 +36,7 @@
 extern "C" {
 #endif
 
-#define GOHCCL_ABI_VERSION 1
+#define GOHCCL_ABI_VERSION 2
 
 typedef int gohccl_status;
 enum {
@@ -229,6 +229,110 @@ gohccl_status gohccl_recv_wait(gohccl_comm comm, gohccl_req req,
 int gohccl_recv_test(gohccl_comm comm, gohccl_req req);
 
 #endif /* GOHCCL_TYPES_ONLY */
+
+
+/* ---- Device memory (ABI 2) -------------------------------------------
+ *
+ * gohccl_run runs any operation of this header on host memory, CUDA device
+ * memory or Ascend (ACL) device memory, described by one gohccl_call. A
+ * device buffer is staged: copied to pinned host memory in chunks, moved
+ * by the host collective, copied back, with the copies of one chunk
+ * overlapping the collective of the next (docs/devices.md). The runtime
+ * (libcudart, libascendcl) is loaded the first time a call passes its
+ * memory, from GOHCCL_CUDA_LIBRARY / GOHCCL_ACL_LIBRARY or the default
+ * search; a process that passes host memory only never loads either.
+ *
+ * Stream semantics: the copies are queued on `stream` (NULL: the runtime's
+ * default stream) of `device`, behind the work already queued there, so the
+ * call sees everything queued on that stream before it. It returns once the
+ * results are in device memory (the stream synchronized), so work queued on
+ * any stream afterwards sees them. It sets the calling thread's current
+ * device for its duration and puts the previous one back. An Ascend caller
+ * initialises ACL itself (aclInit), as torch_npu does.
+ *
+ * All ranks must pass a call alike: a device buffer on one rank against a
+ * host buffer on another is reported as mismatched collectives. Device
+ * calls of one communicator run one at a time (they share its pinned
+ * buffer, GOHCCL_BUFFSIZE bytes, allocated at the first device call with
+ * cudaHostAlloc or aclrtMallocHost, freed by gohccl_comm_destroy); a
+ * device receive holds it until its message has arrived.
+ *
+ * A runtime call that fails returns GOHCCL_ERR_DEVICE with a sentence that
+ * names the call and its code ("aclrtMemcpyAsync returned 507899 (...)"),
+ * and breaks the communicator: every peer's call fails with the cause. No
+ * copy of the call is left running when it returns. Host calls through
+ * gohccl_run behave as the functions above; those stay as they are.
+ */
+
+/* A runtime call failed, or the runtime could not be loaded. */
+enum { GOHCCL_ERR_DEVICE = 10 };
+
+/* Where a call's buffers live; values are stable. */
+typedef enum {
+  GOHCCL_MEMORY_HOST = 0,
+  GOHCCL_MEMORY_CUDA = 1, /* cudaMalloc'd memory; stream is a cudaStream_t */
+  GOHCCL_MEMORY_ACL = 2   /* aclrtMalloc'd memory; stream is an aclrtStream */
+} gohccl_memory;
+
+/* The operation of a gohccl_call; values are stable. */
+typedef enum {
+  GOHCCL_CALL_ALLREDUCE = 0,
+  GOHCCL_CALL_BROADCAST = 1,
+  GOHCCL_CALL_REDUCE = 2,
+  GOHCCL_CALL_ALLGATHER = 3,
+  GOHCCL_CALL_REDUCE_SCATTER = 4,
+  GOHCCL_CALL_GATHER = 5,
+  GOHCCL_CALL_SCATTER = 6,
+  GOHCCL_CALL_ALLTOALLV = 7,
+  GOHCCL_CALL_BARRIER = 8,
+  GOHCCL_CALL_SEND = 9,
+  GOHCCL_CALL_RECV = 10
+} gohccl_call_kind;
+
+/*
+ * gohccl_call describes one operation. Zero it, then set what the
+ * operation uses; each field means what the argument of the same name
+ * means for the function of the same operation above.
+ *   ALLREDUCE, BROADCAST, REDUCE  in place on recvbuf (sendbuf NULL or
+ *                                 equal to recvbuf)
+ *   ALLGATHER, REDUCE_SCATTER     sendbuf -> recvbuf
+ *   GATHER, SCATTER               sendbuf -> recvbuf; root's recvbuf
+ *                                 (gather) or sendbuf (scatter) only
+ *   ALLTOALLV                     sendbuf, recvbuf and the four arrays
+ *   SEND                          sendbuf to peer with tag
+ *   RECV                          recvbuf from peer (or GOHCCL_ANY_SOURCE)
+ *                                 with tag; blocks until the message is
+ *                                 in recvbuf, then sets peer to the sender
+ *   BARRIER                       no buffers; on a device it also waits
+ *                                 for the work queued on the stream
+ */
+typedef struct gohccl_call {
+  gohccl_call_kind kind;
+  gohccl_memory memory;
+  int device;      /* device index; ignored for host memory */
+  void* stream;    /* cudaStream_t / aclrtStream; NULL: the default stream */
+  const void* sendbuf;
+  void* recvbuf;
+  uint64_t count;  /* elements per rank, as above */
+  gohccl_dtype dtype;
+  gohccl_redop op;
+  int root;
+  int peer;
+  int64_t tag;
+  const uint64_t* send_counts;
+  const uint64_t* send_offsets;
+  const uint64_t* recv_counts;
+  const uint64_t* recv_offsets;
+  int64_t timeout_ms;
+} gohccl_call;
+
+#ifndef GOHCCL_TYPES_ONLY
+/* gohccl_run runs *call on comm (see above). */
+gohccl_status gohccl_run(gohccl_comm comm, gohccl_call* call, char* err,
+                         size_t err_len);
+#endif
+
+/* ---- end of device memory ---- */
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,10 @@ var Vars = []Var{
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_ACL_LIBRARY", "path", "",
+		"The Ascend runtime (libascendcl.so) gohccl loads when a call first passes ACL device memory (docs/devices.md). Empty: the copy already loaded in the process (by torch_npu), else `libascendcl.so` on the loader's path, else /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so. A process that passes only host memory never loads it."},
+	{"GOHCCL_CUDA_LIBRARY", "path", "",
+		"The CUDA runtime (libcudart) gohccl loads when a call first passes CUDA device memory (docs/devices.md). Empty: the copy already loaded in the process (`import torch` loads its wheel's libcudart.so.13 or .12), else `libcudart.so.13`, `libcudart.so.12` on the loader's path or in /usr/local/cuda/lib64. A process that passes only host memory never loads it."},
 }
 
 // Level is a log level.
@@ -83,6 +87,10 @@ type Config struct {
 	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
 	// second (GOHCCL_INTRA_LATENCY, ...).
 	IntraLatency, IntraBW, InterLatency, InterBW float64
+	// ACLLibrary and CUDALibrary, when set, are where the Ascend and CUDA
+	// runtimes are loaded from (GOHCCL_ACL_LIBRARY, GOHCCL_CUDA_LIBRARY);
+	// empty means the default search (docs/devices.md).
+	ACLLibrary, CUDALibrary string
 }
 
 // MinBuffSize is the smallest scratch a communicator accepts.
@@ -154,6 +162,8 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
+	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
+	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")
 	return c, c.Validate()
 }
 

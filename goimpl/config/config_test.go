@@ -88,3 +88,12 @@ func TestAlgoAndTopologyVariables(t *testing.T) {
 	_, err = Load(env(map[string]string{"GOHCCL_ALGO": "bogus"}))
 	assert.ErrorContains(t, err, "valid forms")
 }
+
+func TestRuntimeLibraries(t *testing.T) {
+	assert.Empty(t, Default().CUDALibrary)
+	assert.Empty(t, Default().ACLLibrary)
+	c, err := Load(env(map[string]string{"GOHCCL_CUDA_LIBRARY": " /opt/cuda/libcudart.so.12 ", "GOHCCL_ACL_LIBRARY": "/x/libascendcl.so"}))
+	require.NoError(t, err)
+	assert.Equal(t, "/opt/cuda/libcudart.so.12", c.CUDALibrary)
+	assert.Equal(t, "/x/libascendcl.so", c.ACLLibrary)
+}
