@@ -47,6 +47,14 @@ func newMeshCost(m Model, s Shape) meshCost {
 // waits prices w hand-offs.
 func (c meshCost) waits(w float64) float64 { return w * c.f.HandOff }
 
+// pipelined prices the waits of a schedule that posts ahead chunks ahead
+// of the one it reads, over chunks chunks: the first wait in full, then a
+// rank waits only when its peers fall a whole window behind, so the later
+// hand-offs overlap ahead at a time.
+func (c meshCost) pipelined(chunks, ahead float64) float64 {
+	return c.f.HandOff * (1 + (chunks-1)/ahead)
+}
+
 // chunks returns how many chunks carry S bytes (at least one).
 func (c meshCost) chunks(S float64) float64 { return math.Max(1, math.Ceil(S/c.chunk)) }
 
@@ -104,7 +112,7 @@ func meshAllReduce(m Model, s Shape, v mesh.Variant) float64 {
 	// One wait a chunk. The message read to be copied in, read again and
 	// written by the reduction (3S); the buffer written (S); every peer's
 	// input read as posted.
-	return c.waits(c.chunks(S)) + c.own(3*S, S) + c.region(S) + c.posted((n-1)*S)
+	return c.pipelined(c.chunks(S), aheadChunks) + c.own(3*S, S) + c.region(S) + c.posted((n-1)*S)
 }
 
 // meshReduce prices the engine's reduce: the root's share, the all-reduce's.
@@ -121,7 +129,7 @@ func meshBroadcast(m Model, s Shape, v mesh.Variant) float64 {
 	// A chunk spans every rank's buffer (n chunks' worth); the readers
 	// copy out what the root has just copied in: the root reads the
 	// message, a reader writes it, both at once.
-	return c.waits(math.Max(1, math.Ceil(S/(c.n*c.chunk)))) + c.own(S, S) + c.region(S) + c.hot(S)
+	return c.pipelined(math.Max(1, math.Ceil(S/(c.n*c.chunk))), aheadChunks) + c.own(S, S) + c.region(S) + c.hot(S)
 }
 
 // meshAllGather prices the engine's allgather into an output of S bytes.
@@ -135,7 +143,7 @@ func meshAllGather(m Model, s Shape, v mesh.Variant) float64 {
 	}
 	// The input read and written into the buffer and the own block; every
 	// peer's block read as posted and written into the output.
-	return c.waits(c.chunks(in)) + c.own(in+S, in) + c.region(in) + c.posted((c.n-1)*in)
+	return c.pipelined(c.chunks(in), aheadChunks) + c.own(in+S, in) + c.region(in) + c.posted((c.n-1)*in)
 }
 
 // meshReduceScatter prices the engine's reduce-scatter of an input of S
@@ -146,7 +154,7 @@ func meshReduceScatter(m Model, s Shape) float64 {
 	n := c.n
 	out := S / n
 	pieces := math.Max(1, math.Ceil(out/(c.chunk/n)))
-	return c.waits(pieces) + c.own((n-1)/n*S+2*out, out) + c.region((n-1)/n*S) + c.posted((n-1)*out)
+	return c.pipelined(pieces, aheadChunks) + c.own((n-1)/n*S+2*out, out) + c.region((n-1)/n*S) + c.posted((n-1)*out)
 }
 
 // meshLevel0 prices the engine as level0 of coll's hierarchical row on one

@@ -200,13 +200,23 @@ func Level0Rows() []*Level0Row { return level0Rows }
 // table holds every collective's rows (rows.go fills it).
 var table [NumColls][]*Row
 
-// register adds rows to the table, filling Family from Name.
+// register adds rows to the table, filling Family from Name. Each
+// collective's rows keep the order given, but for the engine's rows, which
+// go first: on a tie of price the earlier row wins, and where the engine
+// can run at all (every rank on one host) it moves each byte through
+// memory once, which frames over links cannot beat.
 func register(rows ...*Row) {
 	for _, r := range rows {
 		if r.Family == "" {
 			r.Family, _, _ = strings.Cut(r.Name, ".")
 		}
-		table[r.Coll] = append(table[r.Coll], r)
+	}
+	for _, place := range []Place{Node, Links, Levels} {
+		for _, r := range rows {
+			if r.Place == place {
+				table[r.Coll] = append(table[r.Coll], r)
+			}
+		}
 	}
 }
 

@@ -227,11 +227,9 @@ func TestVectorCandidates(t *testing.T) {
 			require.NoError(t, p.Err, "%s %s", coll, p.Choice)
 			assert.Greater(t, p.Seconds, 0.0, "%s %s", coll, p.Choice)
 		}
-		want := []string{"ring", "rhd"}
+		want := []string{"mesh.oneshot", "ring", "rhd"}
 		if coll == AllGather {
-			want = append(want, "bruck", "mesh.oneshot", "mesh.singlecopy")
-		} else {
-			want = append(want, "mesh.oneshot")
+			want = []string{"mesh.oneshot", "mesh.singlecopy", "ring", "rhd", "bruck"}
 		}
 		want = append(want, "level0:ring;level1:ring", "level0:ring;level1:rhd", "level0:rhd;level1:ring",
 			"level0:rhd;level1:rhd", "level0:mesh;level1:ring", "level0:mesh;level1:rhd")
