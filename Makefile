@@ -15,7 +15,7 @@ CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
 .PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi \
-	test-hosts bench-hosts
+	test-hosts bench-hosts bench-seed
 
 # The Python environment: torch and the test tools. The stamp records the
 # requirement line, so changing it reinstalls.
@@ -79,6 +79,12 @@ test-hosts: $(BUILT)
 
 bench-hosts: $(BUILT)
 	benchmarks/hosts.sh $(HOSTS_ARGS)
+
+# The seed's comparison (issue 17): all_reduce forced to each schedule and
+# automatic on 4 emulated hosts x 2 ranks, shaped links, beside gohccl-sim
+# with the link figures measured at init. SEED_ARGS, e.g. "--rate 200mbit".
+bench-seed: $(BUILT)
+	benchmarks/seed.sh $(SEED_ARGS)
 
 clean:
 	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)
