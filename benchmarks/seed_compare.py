@@ -21,7 +21,8 @@ import sys
 
 TOPOLOGY = re.compile(r"\[gohccl 0/(\d+)\] INFO topology .*GOHCCL_ALGO=(\S*),")
 INTER = re.compile(r"\[gohccl 0/(\d+)\] INFO inter-node link: latency ([0-9.]+)us, "
-                   r"bandwidth ([0-9.]+) GB/s per rank \((.*)\)")
+                   r"bandwidth ([0-9.]+) GB/s per rank, (?:([0-9.]+) GB/s per node, shared by its ranks"
+                   r"|a link of its own per rank) \((.*)\)")
 HANDOFF = re.compile(r"\[gohccl \d+/\d+\] INFO .*host figures: hand-off ([0-9.]+)us")
 CHOICE = re.compile(r"\[gohccl 0/(\d+)\] INFO allreduce \[(\S+), (\S+)\) on \d+ ranks.* -> (\S+)$")
 
@@ -55,7 +56,8 @@ def read_log(path: str, world: int):
             if m := TOPOLOGY.search(line):
                 algo = m.group(2) if int(m.group(1)) == world else None
             elif (m := INTER.search(line)) and int(m.group(1)) == world:
-                links.setdefault(algo or "?", (float(m.group(2)) * 1e-6, float(m.group(3)) * 1e9, m.group(4)))
+                node = float(m.group(4)) * 1e9 if m.group(4) else 0.0
+                links.setdefault(algo or "?", (float(m.group(2)) * 1e-6, float(m.group(3)) * 1e9, node, m.group(5)))
             if m := HANDOFF.search(line):
                 handoffs.append(float(m.group(1)) * 1e-6)
             if (m := CHOICE.search(line)) and int(m.group(1)) == world and "GOHCCL_ALGO" not in line:
@@ -65,13 +67,14 @@ def read_log(path: str, world: int):
 
 def simulate(sim: str, hosts: int, ranks: int, size: int, algo: str, link, intra_lat: float):
     """simulate runs gohccl-sim for one choice with the tuner's figures: the
-    measured inter-node link per rank and as each host's shared uplink, the
-    intra-node defaults (GOHCCL_INTRA_*: 3 GB/s, 5 us or the hand-off),
-    reduce 20 GB/s, segment 1 MiB (GOHCCL_BUFFSIZE 8M / 4, at most 1 MiB)."""
-    lat, bw, _ = link
+    measured inter-node link per rank and each host's shared link (the
+    pairs' sum where they share one; else none), the intra-node defaults
+    (GOHCCL_INTRA_*: 3 GB/s, 5 us or the hand-off), reduce 20 GB/s, segment
+    1 MiB (GOHCCL_BUFFSIZE 8M / 4, at most 1 MiB)."""
+    lat, bw, node, _ = link
     argv = [sim, "-nodes", str(hosts), "-per-node", str(ranks), "-bytes", str(size),
             "-intra-bw", "3", "-intra-lat", f"{intra_lat * 1e6:g}",
-            "-inter-bw", f"{bw / 1e9:g}", "-inter-lat", f"{lat * 1e6:g}", "-node-bw", f"{bw / 1e9:g}",
+            "-inter-bw", f"{bw / 1e9:g}", "-inter-lat", f"{lat * 1e6:g}", "-node-bw", f"{node / 1e9:g}",
             "-reduce-bw", "20", "-segment", "1M", "-algos", algo, "-json"]
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
@@ -100,16 +103,17 @@ def main() -> int:
     if not links:
         print("seed_compare: no 'inter-node link' line from rank 0 in bench.log", file=sys.stderr)
         return 1
-    everyone = (statistics.median(v[0] for v in links.values()), statistics.median(v[1] for v in links.values()), "median")
+    everyone = tuple(statistics.median(v[k] for v in links.values()) for k in range(3)) + ("median",)
     intra_lat = max(5e-6, statistics.median(handoffs)) if handoffs else 5e-6
     print()
     print(f"Inter-node link as each communicator measured it at init (rank 0 and rank {a.ranks}), "
           f"rate set {a.rate or '?'} per host link:")
     print()
-    print("| GOHCCL_ALGO | latency | bandwidth per rank | probe |")
-    print("|---|---|---|---|")
-    for algo, (lat, bw, src) in links.items():
-        print(f"| `{algo}` | {lat * 1e6:.1f} us | {bw / 1e6:.1f} MB/s | {src} |")
+    print("| GOHCCL_ALGO | latency | bandwidth per rank | per host, shared | probe |")
+    print("|---|---|---|---|---|")
+    for algo, (lat, bw, node, src) in links.items():
+        print(f"| `{algo}` | {lat * 1e6:.1f} us | {bw / 1e6:.1f} MB/s | "
+              f"{f'{node / 1e6:.1f} MB/s' if node else 'no'} | {src} |")
     sims = []
     verdicts = []
     for size in sorted({r["size"] for r in results}):

@@ -147,7 +147,7 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 	// defaults (a communicator without a store, or on one node).
 	switch {
 	case inter.valid():
-		m.Inter = inter.link
+		m.Inter, m.NodeBW = inter.link, inter.nodeBW
 	default:
 		if c.cfg.InterLatency > 0 {
 			m.Inter.Latency = c.cfg.InterLatency
@@ -182,7 +182,11 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 		c.tuner.Logf = c.log.Infof
 		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0)
 		if inter.valid() {
-			c.log.Infof("inter-node link: latency %.1fus, bandwidth %.3f GB/s per rank (%s)", m.Inter.Latency*1e6, m.Inter.Bandwidth/1e9, inter.source)
+			shared := "a link of its own per rank"
+			if m.NodeBW > 0 {
+				shared = fmt.Sprintf("%.3f GB/s per node, shared by its ranks", m.NodeBW/1e9)
+			}
+			c.log.Infof("inter-node link: latency %.1fus, bandwidth %.3f GB/s per rank, %s (%s)", m.Inter.Latency*1e6, m.Inter.Bandwidth/1e9, shared, inter.source)
 		}
 	}
 	return nil

@@ -19,7 +19,11 @@ import (
 // with, and how it was learned; the zero value (a group on one node, or a
 // communicator made without a store) leaves the tuner its defaults.
 type interLink struct {
-	link   tune.Link
+	link tune.Link
+	// nodeBW is what a node's ranks carry across at once, when that is
+	// less than each carrying the link's bandwidth (they share a NIC):
+	// tune.Model.NodeBW. 0: each has a link of its own, or not measured.
+	nodeBW float64
 	source string
 }
 
@@ -50,14 +54,53 @@ const (
 // GOHCCL_INTER_LATENCY and GOHCCL_INTER_BW, or by measuring the link to the
 // lowest rank of the next node (probeLink) when either is unset, and
 // publishes them; every rank prices with what rank 0 published, so all make
-// the same choices even if their environments differ.
+// the same choices even if their environments differ. When it measures and
+// the first two nodes have two or more ranks each, their i-th ranks then
+// pair up and burst all at once for one round (probeShared): what the
+// pairs carry together is what the node's link carries.
 func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Mesh, t *topo.Topology,
 	cfg config.Config, deadline time.Time) (interLink, error) {
 	if t.NumNodes() < 2 {
 		return interLink{}, nil
 	}
 	far := t.Nodes[1][0]
-	planKey, key := prefix+"inter/plan", prefix+"inter"
+	planKey, key, sharedKey := prefix+"inter/plan", prefix+"inter", prefix+"inter/shared"
+	pairs := min(len(t.Nodes[0]), len(t.Nodes[1]))
+	pairKey := func(i int) string { return fmt.Sprintf("%sinter/pair/%d", prefix, i) }
+	// shared runs this rank's part of the round of all pairs at once, if it
+	// is in one of them, after rank 0 said how many frames; the first node's
+	// rank publishes its pair's rate.
+	shared := func() error {
+		i, mine := slices.Index(t.Nodes[0], rank), true
+		if i < 0 {
+			i, mine = slices.Index(t.Nodes[1], rank), false
+		}
+		if i < 0 || i >= pairs || pairs < 2 {
+			return nil
+		}
+		v, err := store.Get(sharedKey, time.Until(deadline))
+		if err != nil {
+			return fmt.Errorf("waiting for rank 0 to start the shared-link probe: %v", err)
+		}
+		frames := 0
+		fmt.Sscan(string(v), &frames)
+		if frames <= 0 {
+			return nil
+		}
+		peer := t.Nodes[1][i]
+		if !mine {
+			peer = t.Nodes[0][i]
+		}
+		p := linkProbe{mesh: m, peer: peer, deadline: deadline}
+		rate, err := p.sharedRound(mine, frames)
+		if err != nil {
+			return fmt.Errorf("measuring the link to rank %d with every pair at once: %w", peer, err)
+		}
+		if mine {
+			return store.Set(pairKey(i), []byte(fmt.Sprintf("%g", rate)))
+		}
+		return nil
+	}
 	switch rank {
 	case 0:
 		given := cfg.InterLatency > 0 && cfg.InterBW > 0
@@ -85,8 +128,36 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 				l.source += "; bandwidth from GOHCCL_INTER_BW"
 			}
 			l.link = got
+			frames := 0
+			if pairs >= 2 {
+				frames = p.frames
+			}
+			if err := store.Set(sharedKey, []byte(fmt.Sprint(frames))); err != nil {
+				return interLink{}, fmt.Errorf("store: %v", err)
+			}
+			if err := shared(); err != nil {
+				return interLink{}, err
+			}
+			if frames > 0 {
+				var sum float64
+				for i := 0; i < pairs; i++ {
+					v, err := store.Get(pairKey(i), time.Until(deadline))
+					if err != nil {
+						return interLink{}, fmt.Errorf("waiting for rank %d's share of the node's link: %v", t.Nodes[0][i], err)
+					}
+					var r float64
+					fmt.Sscan(string(v), &r)
+					sum += r
+				}
+				// Pairs that together carry less than 80% of each
+				// carrying the link's bandwidth share their nodes' link.
+				if sum > 0 && sum < 0.8*float64(pairs)*got.Bandwidth {
+					l.nodeBW = max(sum, got.Bandwidth)
+				}
+				l.source += fmt.Sprintf("; %d pairs at once: %.3f GB/s in all", pairs, sum/1e9)
+			}
 		}
-		if err := store.Set(key, []byte(fmt.Sprintf("%g %g %s", l.link.Latency, l.link.Bandwidth, l.source))); err != nil {
+		if err := store.Set(key, []byte(fmt.Sprintf("%g %g %g %s", l.link.Latency, l.link.Bandwidth, l.nodeBW, l.source))); err != nil {
 			return interLink{}, fmt.Errorf("store: %v", err)
 		}
 		return l, nil
@@ -100,6 +171,21 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 			if _, _, err := p.measure(false); err != nil {
 				return interLink{}, fmt.Errorf("measuring the link to rank 0 on another node: %w", err)
 			}
+			if err := shared(); err != nil {
+				return interLink{}, err
+			}
+		}
+	default:
+		if pairs >= 2 && (slices.Contains(t.Nodes[0][:pairs], rank) || slices.Contains(t.Nodes[1][:pairs], rank)) {
+			plan, err := store.Get(planKey, time.Until(deadline))
+			if err != nil {
+				return interLink{}, fmt.Errorf("waiting for rank 0 to say how the inter-node link is learned: %v", err)
+			}
+			if string(plan) == "probe" {
+				if err := shared(); err != nil {
+					return interLink{}, err
+				}
+			}
 		}
 	}
 	v, err := store.Get(key, time.Until(deadline))
@@ -109,15 +195,18 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 	return parseInter(string(v))
 }
 
-// parseInter reads rank 0's record: latency and bandwidth, then the source.
+// parseInter reads rank 0's record: latency, bandwidth and the node's
+// shared bandwidth (0 for none), then the source.
 func parseInter(v string) (interLink, error) {
 	var l interLink
-	fields := strings.SplitN(v, " ", 3)
-	if len(fields) == 3 {
+	fields := strings.SplitN(v, " ", 4)
+	if len(fields) == 4 {
 		_, e1 := fmt.Sscan(fields[0], &l.link.Latency)
 		_, e2 := fmt.Sscan(fields[1], &l.link.Bandwidth)
-		l.source = fields[2]
-		if e1 == nil && e2 == nil && l.valid() && !math.IsInf(l.link.Latency+l.link.Bandwidth, 0) {
+		_, e3 := fmt.Sscan(fields[2], &l.nodeBW)
+		l.source = fields[3]
+		if e1 == nil && e2 == nil && e3 == nil && l.valid() && l.nodeBW >= 0 &&
+			!math.IsInf(l.link.Latency+l.link.Bandwidth+l.nodeBW, 0) {
 			return l, nil
 		}
 	}
@@ -132,6 +221,8 @@ type linkProbe struct {
 	peer     int
 	deadline time.Time
 	recvs    [4]transport.Recv
+	// frames is the last round's frames, for the round of every pair.
+	frames int
 }
 
 func (p *linkProbe) header(phase, step, k, n int) transport.Header {
@@ -208,7 +299,7 @@ func (p *linkProbe) measure(first bool) (l tune.Link, what string, err error) {
 			return l, "", err
 		}
 		l.Bandwidth = math.Min(rate, math.Float64frombits(binary.LittleEndian.Uint64(small)))
-		if frames *= 2; round > 0 && (took >= probeLong || frames*probeFrame > probeMax) {
+		if p.frames, frames = frames, frames*2; round > 0 && (took >= probeLong || frames*probeFrame > probeMax) {
 			frames = 0
 		}
 		binary.LittleEndian.PutUint64(small, uint64(frames))
@@ -264,4 +355,29 @@ func (p *linkProbe) burst(round, frames int, out, bufs []byte) (rate float64, to
 		return 0, 0, err
 	}
 	return float64(frames*probeFrame) / max(took.Seconds(), 1e-9), took, nil
+}
+
+// probeSharedRound tags the round every pair runs at once.
+const probeSharedRound = 1 << 20
+
+// sharedRound runs one burst round of frames frames with the peer, as every
+// pair of the first two nodes does at once, and returns, on the first
+// node's side (first), the slower direction's rate; the other side sends
+// its rate there.
+func (p *linkProbe) sharedRound(first bool, frames int) (float64, error) {
+	out := make([]byte, probeFrame)
+	bufs := make([]byte, len(p.recvs)*probeFrame)
+	rate, _, err := p.burst(probeSharedRound, frames, out, bufs)
+	if err != nil {
+		return 0, err
+	}
+	small := make([]byte, 8)
+	if !first {
+		binary.LittleEndian.PutUint64(small, math.Float64bits(rate))
+		return rate, p.send(probeReport, probeSharedRound, 0, small)
+	}
+	if err := p.recv(probeReport, probeSharedRound, 0, small); err != nil {
+		return 0, err
+	}
+	return math.Min(rate, math.Float64frombits(binary.LittleEndian.Uint64(small))), nil
 }

@@ -40,11 +40,16 @@ func bootNodes(t *testing.T, n, perNode int, cfgOf func(r int) config.Config) []
 // returns that link.
 func sameInter(t *testing.T, comms []*Comm) tune.Link {
 	t.Helper()
-	l := comms[0].tuner.Model().Inter
+	m0 := comms[0].tuner.Model()
 	for r, c := range comms {
-		require.Equal(t, l, c.tuner.Model().Inter, "rank %d prices the inter-node link differently from rank 0", r)
+		m := c.tuner.Model()
+		require.Equal(t, m0.Inter, m.Inter, "rank %d prices the inter-node link differently from rank 0", r)
+		require.Equal(t, m0.NodeBW, m.NodeBW, "rank %d prices the node's shared link differently from rank 0", r)
 	}
-	return l
+	// A node's link, where its ranks share one, carries at least what one
+	// rank's does.
+	require.True(t, m0.NodeBW == 0 || (m0.NodeBW >= m0.Inter.Bandwidth && !math.IsInf(m0.NodeBW, 0)), "node link %g B/s", m0.NodeBW)
+	return m0.Inter
 }
 
 func TestInterProbeMeasures(t *testing.T) {
@@ -55,7 +60,7 @@ func TestInterProbeMeasures(t *testing.T) {
 			return c
 		})
 		l := sameInter(t, comms)
-		t.Logf("%s: latency %.1fus, bandwidth %.2f GB/s", transport, l.Latency*1e6, l.Bandwidth/1e9)
+		t.Logf("%s: latency %.1fus, bandwidth %.2f GB/s, node %.2f GB/s", transport, l.Latency*1e6, l.Bandwidth/1e9, comms[0].tuner.Model().NodeBW/1e9)
 		assert.True(t, l.Latency > 0 && l.Latency < 1 && !math.IsNaN(l.Latency), "latency %g s", l.Latency)
 		// Loopback TCP carries far more than 1 MB/s and less than 1 TB/s.
 		assert.True(t, l.Bandwidth > 1e6 && l.Bandwidth < 1e12, "bandwidth %g B/s", l.Bandwidth)
@@ -90,6 +95,7 @@ func TestInterGivenWins(t *testing.T) {
 		return c
 	})
 	assert.Equal(t, tune.Link{Latency: 7e-6, Bandwidth: 3.5e9}, sameInter(t, comms))
+	assert.Zero(t, comms[1].tuner.Model().NodeBW, "given figures say nothing of a shared link")
 
 	// One figure given: it wins, the other is measured.
 	comms = bootNodes(t, 4, 2, func(r int) config.Config {
@@ -108,10 +114,10 @@ func TestInterOneNodeKeepsDefaults(t *testing.T) {
 }
 
 func TestParseInterRefusesNonsense(t *testing.T) {
-	l, err := parseInter("2e-05 1.25e+09 measured between ranks 0 and 2")
+	l, err := parseInter("2e-05 1.25e+09 0 measured between ranks 0 and 2")
 	require.NoError(t, err)
 	assert.Equal(t, tune.Link{Latency: 2e-5, Bandwidth: 1.25e9}, l.link)
-	for _, bad := range []string{"", "1 2", "0 1e9 x", "1e-5 -3 x", "1e-5 +Inf x", "NaN 1e9 x", "a b c"} {
+	for _, bad := range []string{"", "1 2 0", "0 1e9 0 x", "1e-5 -3 0 x", "1e-5 +Inf 0 x", "NaN 1e9 0 x", "1e-5 1e9 -1 x", "1e-5 1e9 x", "a b c d"} {
 		_, err := parseInter(bad)
 		assert.ErrorContains(t, err, "malformed", "%q", bad)
 	}
