@@ -132,6 +132,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		return nil, err
 	}
 	matcher := transport.NewMatcher(rank, size)
+	matcher.SetEarlyLimit(int(opt.Config.EarlyBytes))
 	tl := make([]transport.Link, size)
 	for p, conn := range links {
 		tl[p] = tcp.NewLink(conn, p, matcher)

@@ -44,6 +44,8 @@ var Vars = []Var{
 		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
+	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
+		"Most payload bytes a rank holds, per peer connected over TCP, of frames that arrived before their receive was posted. Past it the rank stops reading that connection until the receive is posted, so the peer's sends wait (TCP flow control): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
@@ -76,6 +78,9 @@ type Config struct {
 	Algo string
 	// Transport is "auto", "tcp" or "shm" (GOHCCL_TRANSPORT).
 	Transport string
+	// EarlyBytes bounds, per TCP peer, the bytes of frames held before their
+	// receive is posted (GOHCCL_EARLY_BYTES).
+	EarlyBytes int64
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
@@ -92,6 +97,9 @@ type Config struct {
 	// empty means the default search (docs/devices.md).
 	ACLLibrary, CUDALibrary string
 }
+
+// MinEarlyBytes is the smallest GOHCCL_EARLY_BYTES: a collective segment.
+const MinEarlyBytes = 1 << 20
 
 // MinBuffSize is the smallest scratch a communicator accepts.
 const MinBuffSize = 64 << 10
@@ -161,6 +169,12 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if c.EarlyBytes, err = ParseBytes(get("GOHCCL_EARLY_BYTES")); err != nil {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES: %v", err)
+	}
+	if c.EarlyBytes < MinEarlyBytes || c.EarlyBytes > 1<<40 {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES=%d: want between 1M and 1T", c.EarlyBytes)
+	}
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
 	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")

@@ -5,9 +5,10 @@
 // Each link sends on the caller's goroutine (one writev per frame, under the
 // link's lock) and receives on a goroutine of its own that reads headers and
 // reads payloads straight into posted receive buffers, or stashes them when
-// the receive is not posted yet. Because that goroutine always drains the
-// socket, a send never waits for the peer's program to reach its receive,
-// and a ring of ranks that all send before they receive cannot deadlock.
+// the receive is not posted yet, up to the matcher's early-frame limit per
+// peer (GOHCCL_EARLY_BYTES). Past it the goroutine stops reading until the
+// receive is posted, and TCP's own window holds the sender back: a peer
+// cannot grow this rank's memory without bound (docs/protocol.md, "Flow").
 package tcp
 
 import (
@@ -384,7 +385,7 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+			err = fmt.Errorf("%w: rank %d did not take the data in time (it stopped reading: stalled, or it holds GOHCCL_EARLY_BYTES of this rank's frames whose receives it has not posted)", transport.ErrTimeout, l.peer)
 		} else {
 			err = fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
 		}
@@ -403,6 +404,7 @@ func (l *Link) Close() error {
 		return nil
 	}
 	err := l.conn.Close()
+	l.matcher.Wake() // a receive side holding back an early frame returns
 	<-l.done
 	return err
 }
@@ -421,7 +423,7 @@ func (l *Link) receive() {
 			l.lost(fmt.Errorf("%w: %v", transport.ErrProtocol, err))
 			return
 		}
-		dst, r, discard := l.matcher.Arrive(l.peer, &h)
+		dst, r, discard := l.matcher.ArriveBounded(l.peer, &h, l.closed.Load)
 		switch {
 		case r != nil:
 			_, err := io.ReadFull(br, dst)
