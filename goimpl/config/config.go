@@ -9,7 +9,6 @@ package config
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -217,16 +216,6 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return v * mult, nil
-}
-
-// Names returns every registered variable name, sorted.
-func Names() []string {
-	n := make([]string, len(Vars))
-	for i, v := range Vars {
-		n[i] = v.Name
-	}
-	sort.Strings(n)
-	return n
 }
 
 // Markdown renders the registry as the README's table.
