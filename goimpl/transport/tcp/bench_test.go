@@ -8,20 +8,24 @@ import (
 	"github.com/gohccl/gohccl/goimpl/transport"
 )
 
-// BenchmarkLinkFrames streams frames over one loopback link the way a
-// schedule does: the receive of segment j+1 is posted before segment j is
+// BenchmarkLinkFrames streams frames over one loopback link of 1, 2 or 4
+// connections the way a schedule does: the receive of segment j+1 is posted before segment j is
 // sent, and segment j+1 is sent without waiting for the receive of segment j
 // to finish. -benchmem shows the allocations per frame in steady state.
 //
 //	go test ./goimpl/transport/tcp -run '^$' -bench LinkFrames -benchmem
 func BenchmarkLinkFrames(b *testing.B) {
-	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
-			t := &testing.T{}
-			c0, c1 := connected(t)
-			m0, m1 := transport.NewMatcher(0, 2), transport.NewMatcher(1, 2)
-			m0.SetEarlyLimit(64 << 20)
-			l0, l1 := NewLink(c0, 1, m0), NewLink(c1, 0, m1)
+	for _, stripes := range []int{1, 2, 4} {
+		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20} {
+			benchLink(b, stripes, size)
+		}
+	}
+}
+
+func benchLink(b *testing.B, stripes, size int) {
+	{
+		b.Run(fmt.Sprintf("%dconn/%dKiB", stripes, size>>10), func(b *testing.B) {
+			l0, l1, m0, _ := stripedPair(b, stripes)
 			defer l0.Close()
 			defer l1.Close()
 			src := make([]byte, size)
