@@ -45,6 +45,8 @@ var Vars = []Var{
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
 		"Most payload bytes a rank holds, per peer connected over TCP, of frames that arrived before their receive was posted. Past it the rank stops reading that connection until the receive is posted, so the peer's sends wait (TCP flow control): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
+	{"GOHCCL_NSOCKS", "auto | 1-8", "auto",
+		"TCP connections per pair of ranks on different hosts; a large frame (128 KiB and up) is cut into parts sent over all of them at once. auto: half the cores each rank of the host can have (GOMAXPROCS over the ranks on the host), at least 1 and at most 4, since each connection's kernel copies take a core at full speed. The ranks connecting decide (the higher rank of each pair), so values may differ across ranks. Peers on the same host that use shared memory always get one."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
@@ -80,6 +82,9 @@ type Config struct {
 	// EarlyBytes bounds, per TCP peer, the bytes of frames held before their
 	// receive is posted (GOHCCL_EARLY_BYTES).
 	EarlyBytes int64
+	// NSocks is the number of TCP connections per remote peer
+	// (GOHCCL_NSOCKS); 0 means automatic.
+	NSocks int
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
@@ -96,6 +101,9 @@ type Config struct {
 	// empty means the default search (docs/devices.md).
 	ACLLibrary, CUDALibrary string
 }
+
+// MaxNSocks bounds GOHCCL_NSOCKS (the TCP transport's MaxStripes).
+const MaxNSocks = 8
 
 // MinEarlyBytes is the smallest GOHCCL_EARLY_BYTES: a collective segment.
 const MinEarlyBytes = 1 << 20
@@ -168,6 +176,11 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if v := strings.ToLower(get("GOHCCL_NSOCKS")); v != "auto" {
+		if c.NSocks, err = strconv.Atoi(v); err != nil || c.NSocks < 1 || c.NSocks > MaxNSocks {
+			return c, fmt.Errorf("GOHCCL_NSOCKS=%q: want auto or 1 to %d", v, MaxNSocks)
+		}
+	}
 	if c.EarlyBytes, err = ParseBytes(get("GOHCCL_EARLY_BYTES")); err != nil {
 		return c, fmt.Errorf("GOHCCL_EARLY_BYTES: %v", err)
 	}

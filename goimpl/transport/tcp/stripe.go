@@ -247,3 +247,13 @@ func NewStripedLink(conns []*net.TCPConn, peer int, m *transport.Matcher) *Link 
 // Stripes returns the number of connections the link uses.
 func (l *Link) Stripes() int { return 1 + len(l.st.conns) }
 
+// AutoStripes is the default number of connections per remote peer for a
+// rank that shares cores with localRanks-1 others on its host. Each
+// connection's kernel copies run at up to one core's speed, on both ends,
+// and a rank sends and receives at once (rings do), so half the cores a
+// rank can have go to its receiving stripes; more stripes than that only
+// queue behind each other. The cap of 4 keeps the connection count modest
+// where cores abound: beyond a few streams, per-flow limits are met.
+func AutoStripes(cores, localRanks int) int {
+	return min(max(cores/max(localRanks, 1)/2, 1), 4)
+}
