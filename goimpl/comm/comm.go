@@ -104,11 +104,12 @@ type Comm struct {
 	args   tune.Args
 	choice tune.Choice
 	// flight is the flight recorder (nil when GOHCCL_TRACE_BUFFER=0), rec
-	// the record of the collective in progress, dumped whether the failure
-	// dump was written (flight.go).
-	flight *flight.Recorder
-	rec    uint64
-	dumped atomic.Bool
+	// the record of the collective in progress and started when it began,
+	// dumped whether the failure dump was written (flight.go).
+	flight  *flight.Recorder
+	rec     uint64
+	started time.Time
+	dumped  atomic.Bool
 	// pinned, where set, is the choice of its collective instead of the
 	// tuner's: the tests pin every row of the table in turn.
 	pinned [tune.NumColls]tune.Choice
@@ -243,10 +244,16 @@ func (c *Comm) breakBy(err error) error {
 }
 
 func (c *Comm) deadline(timeout time.Duration) time.Time {
+	return c.deadlineFrom(time.Now(), timeout)
+}
+
+// deadlineFrom is deadline counted from now, a time the caller has read
+// anyway (the flight recorder stamps the op's start with it).
+func (c *Comm) deadlineFrom(now time.Time, timeout time.Duration) time.Time {
 	if timeout <= 0 {
 		timeout = c.timeout
 	}
-	return time.Now().Add(timeout)
+	return now.Add(timeout)
 }
 
 // noticeTimeout bounds how long a failing communicator spends telling its
@@ -456,9 +463,9 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	c.seq++
 	o := &c.op
 	o.Stamp = transport.Header{Fingerprint: fp, Seq: c.seq}
-	o.Deadline = c.deadline(timeout)
+	c.started = time.Now()
+	o.Deadline = c.deadlineFrom(c.started, timeout)
 	o.DType = fp.DType
-	c.recordCollective(fp)
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}

@@ -10,26 +10,32 @@ import (
 	"github.com/gohccl/gohccl/goimpl/flight"
 	"github.com/gohccl/gohccl/goimpl/mesh"
 	"github.com/gohccl/gohccl/goimpl/transport"
+	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
 // The flight recorder's hooks (goimpl/flight, docs/trace.md): a collective
-// is recorded at begin (running), its schedule at choose, its outcome at
-// end; a send when it starts and ends; a receive when posted (queued), when
-// its wait starts (running) and when that ends. On the first failure that
-// breaks the communicator, each rank writes its record to GOHCCL_TRACE_DIR.
+// is recorded as running, with the time begin read and the schedule chosen,
+// once choose has chosen (every collective calls choose right after begin,
+// and recording both at once takes the recorder's lock once instead of
+// twice), and its outcome at end; a send when it starts and ends; a receive
+// when posted (queued), when its wait starts (running) and when that ends.
+// On the first failure that breaks the communicator, each rank writes its
+// record to GOHCCL_TRACE_DIR.
 
-// recordCollective records the collective just stamped by begin.
-func (c *Comm) recordCollective(fp transport.Fingerprint) {
+// recordCollective records the collective that begin stamped, with the
+// schedule chosen for it.
+func (c *Comm) recordCollective(ch tune.Choice) {
 	if c.flight == nil {
 		return
 	}
+	fp := &c.op.Stamp.Fingerprint
 	root := int32(-1)
 	switch fp.Kind {
 	case transport.KindBroadcast, transport.KindReduce, transport.KindGather, transport.KindScatter:
 		root = fp.Root
 	}
 	c.rec = c.flight.Begin(&flight.Record{Seq: c.seq, Kind: fp.Kind, DType: fp.DType, Op: fp.Op, Count: fp.Count,
-		Root: root, Peer: -1, State: flight.Running})
+		Root: root, Peer: -1, State: flight.Running, Choice: ch}, c.started)
 }
 
 // awaitedBy lists the peers a failed op was still waiting for: the one

@@ -77,8 +77,10 @@ type Record struct {
 	Tag int64
 	// Choice is the schedule the tuner chose (zero for send and receive).
 	Choice tune.Choice
-	// Start and End are wall-clock times in Unix nanoseconds; End is 0
-	// until the operation finishes.
+	// Start and End are when the operation began and finished: in the
+	// ring, monotonic nanoseconds since the recorder was made (reading the
+	// monotonic clock costs half a wall-clock reading); in a Snapshot,
+	// Unix nanoseconds. End is 0 until the operation finishes.
 	Start, End int64
 	// NAwaited counts the peers the operation was still waiting for when
 	// it failed; the first MaxAwaited of them are in Awaited, ascending.
@@ -92,7 +94,8 @@ type Record struct {
 type Recorder struct {
 	mu   sync.Mutex
 	ring []Record
-	next uint64 // the id of the next record
+	next uint64    // the id of the next record
+	base time.Time // what Start and End count from, with its monotonic reading
 }
 
 // New returns a recorder keeping the last n records, or nil when n <= 0.
@@ -100,7 +103,7 @@ func New(n int) *Recorder {
 	if n <= 0 {
 		return nil
 	}
-	return &Recorder{ring: make([]Record, n), next: 1}
+	return &Recorder{ring: make([]Record, n), next: 1, base: time.Now()}
 }
 
 // Capacity returns how many records the ring keeps.
@@ -111,22 +114,20 @@ func (r *Recorder) Capacity() int {
 	return len(r.ring)
 }
 
-// Begin stores rec (its ID and End are assigned here; Start is set to now
-// when zero) and returns its id for Choose and End. It returns 0 on a nil
-// recorder.
-func (r *Recorder) Begin(rec *Record) uint64 {
+// Begin stores rec as begun at start (its ID, Start and End are assigned
+// here) and returns its id for Choose, Start and End. It returns 0 on a nil
+// recorder. start is a time the caller has already read (a deadline's), so
+// that recording reads no clock.
+func (r *Recorder) Begin(rec *Record, start time.Time) uint64 {
 	if r == nil {
 		return 0
-	}
-	if rec.Start == 0 {
-		rec.Start = time.Now().UnixNano()
 	}
 	r.mu.Lock()
 	id := r.next
 	r.next++
 	slot := &r.ring[id%uint64(len(r.ring))]
 	*slot = *rec
-	slot.ID, slot.End = id, 0
+	slot.ID, slot.Start, slot.End = id, int64(start.Sub(r.base)), 0
 	r.mu.Unlock()
 	return id
 }
@@ -171,7 +172,7 @@ func (r *Recorder) End(id uint64, failed bool, awaited []int) {
 	if r == nil {
 		return
 	}
-	now := time.Now().UnixNano()
+	now := int64(time.Since(r.base))
 	r.mu.Lock()
 	if s := r.slot(id); s != nil {
 		s.End = now
@@ -187,8 +188,8 @@ func (r *Recorder) End(id uint64, failed bool, awaited []int) {
 	r.mu.Unlock()
 }
 
-// Snapshot returns a copy of the records in the ring, oldest first, and how
-// many older records were overwritten.
+// Snapshot returns a copy of the records in the ring, oldest first, with
+// Unix times, and how many older records were overwritten.
 func (r *Recorder) Snapshot() (recs []Record, dropped uint64) {
 	if r == nil {
 		return nil, 0
@@ -198,8 +199,16 @@ func (r *Recorder) Snapshot() (recs []Record, dropped uint64) {
 	last := r.next - 1 // the newest id
 	n := min(last, uint64(len(r.ring)))
 	recs = make([]Record, 0, n)
+	wall := r.base.UnixNano()
 	for id := last - n + 1; id <= last; id++ {
-		recs = append(recs, r.ring[id%uint64(len(r.ring))])
+		rec := r.ring[id%uint64(len(r.ring))]
+		rec.Start += wall
+		if rec.State == Done || rec.State == Failed {
+			rec.End += wall
+		} else {
+			rec.End = 0
+		}
+		recs = append(recs, rec)
 	}
 	return recs, last - n
 }

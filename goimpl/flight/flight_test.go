@@ -24,7 +24,7 @@ func collective(seq uint64, count uint64) *Record {
 func TestNilRecorderRecordsNothing(t *testing.T) {
 	var r *Recorder = New(0)
 	require.Nil(t, r)
-	id := r.Begin(collective(1, 4))
+	id := r.Begin(collective(1, 4), time.Now())
 	assert.Zero(t, id)
 	r.Choose(id, tune.Choice{})
 	r.End(id, true, []int{1})
@@ -46,7 +46,7 @@ func TestRingKeepsTheNewest(t *testing.T) {
 			}
 			r := New(capacity)
 			for i := 1; i <= n; i++ {
-				id := r.Begin(collective(uint64(i), uint64(10*i)))
+				id := r.Begin(collective(uint64(i), uint64(10*i)), time.Now())
 				require.Equal(t, uint64(i), id)
 				if i%3 != 0 { // every third stays running
 					r.End(id, i%5 == 0, []int{i % 4})
@@ -89,9 +89,9 @@ func TestRingKeepsTheNewest(t *testing.T) {
 // ones must not write into the record that now holds its slot.
 func TestEndOfAnOverwrittenRecord(t *testing.T) {
 	r := New(2)
-	old := r.Begin(collective(1, 1))
-	r.Begin(collective(2, 2))
-	r.Begin(collective(3, 3)) // overwrites id 1's slot
+	old := r.Begin(collective(1, 1), time.Now())
+	r.Begin(collective(2, 2), time.Now())
+	r.Begin(collective(3, 3), time.Now()) // overwrites id 1's slot
 	r.End(old, true, []int{5})
 	r.Choose(old, tune.Choice{Segment: 99})
 	recs, dropped := r.Snapshot()
@@ -104,7 +104,7 @@ func TestEndOfAnOverwrittenRecord(t *testing.T) {
 
 func TestAwaitedListIsBounded(t *testing.T) {
 	r := New(4)
-	id := r.Begin(collective(1, 1))
+	id := r.Begin(collective(1, 1), time.Now())
 	peers := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
 	r.End(id, true, peers)
 	recs, _ := r.Snapshot()
@@ -116,7 +116,7 @@ func TestAwaitedListIsBounded(t *testing.T) {
 
 func TestQueuedReceiveStarts(t *testing.T) {
 	r := New(4)
-	id := r.Begin(&Record{Kind: transport.KindSend, Recv: true, DType: reduce.Int32, Count: 3, Peer: 2, Tag: 7, Root: -1, State: Queued})
+	id := r.Begin(&Record{Kind: transport.KindSend, Recv: true, DType: reduce.Int32, Count: 3, Peer: 2, Tag: 7, Root: -1, State: Queued}, time.Now())
 	recs, _ := r.Snapshot()
 	assert.Equal(t, Queued, recs[0].State)
 	r.Start(id)
@@ -147,7 +147,7 @@ func TestConcurrentRecording(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				id := r.Begin(collective(uint64(i), 1))
+				id := r.Begin(collective(uint64(i), 1), time.Now())
 				r.Choose(id, tune.Choice{Segment: i})
 				r.End(id, false, nil)
 				ids[w] = append(ids[w], id)
@@ -183,9 +183,9 @@ func TestConcurrentRecording(t *testing.T) {
 func TestWriteDump(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "dir")
 	r := New(8)
-	id := r.Begin(&Record{Seq: 1, Kind: transport.KindBroadcast, DType: reduce.Float64, Count: 5, Root: 2, Peer: -1, State: Running})
+	id := r.Begin(&Record{Seq: 1, Kind: transport.KindBroadcast, DType: reduce.Float64, Count: 5, Root: 2, Peer: -1, State: Running}, time.Now())
 	r.End(id, false, nil)
-	r.Begin(collective(2, 1024))
+	r.Begin(collective(2, 1024), time.Now())
 	recs, dropped := r.Snapshot()
 	d := &Dump{Version: Version, Rank: 1, Size: 3, Group: "ab/c d", Host: "node 7", Reason: "request",
 		Buffer: r.Capacity(), Dropped: dropped, Entries: Entries(recs, time.Now())}
@@ -221,12 +221,28 @@ func TestWriteDump(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	r := New(2000)
 	rec := collective(1, 1024)
+	start := time.Now()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		rec.Seq = uint64(i)
-		rec.Start = 0
-		id := r.Begin(rec)
+		id := r.Begin(rec, start)
 		r.Choose(id, tune.Choice{Segment: 1})
 		r.End(id, false, nil)
 	}
+}
+
+// TestTimesAreWallClock: a snapshot's times are Unix nanoseconds between
+// the readings taken around the operation.
+func TestTimesAreWallClock(t *testing.T) {
+	r := New(4)
+	before := time.Now()
+	id := r.Begin(collective(1, 1), time.Now())
+	time.Sleep(2 * time.Millisecond)
+	r.End(id, false, nil)
+	after := time.Now()
+	recs, _ := r.Snapshot()
+	rec := recs[0]
+	assert.GreaterOrEqual(t, rec.Start, before.UnixNano()-int64(time.Millisecond))
+	assert.GreaterOrEqual(t, rec.End-rec.Start, int64(2*time.Millisecond))
+	assert.LessOrEqual(t, rec.End, after.UnixNano()+int64(time.Millisecond))
 }
