@@ -51,6 +51,10 @@ var Vars = []Var{
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
+		"Flight recorder: how many of its latest collectives and sends/receives each communicator keeps (sequence number, kind, dtype, count, root or peer, schedule, times, state, peers awaited; docs/trace.md). Fixed memory, 136 bytes an entry; recording allocates nothing. 0 turns the recorder off. At most 1048576."},
+	{"GOHCCL_TRACE_DIR", "directory", "",
+		"Where each rank writes its flight record (one JSON file per rank and group) when a collective times out, ranks mismatch or a peer is lost, and on SIGUSR1. Empty: no automatic dumps and no signal handler; `gohccl.dump_trace(dir)` still works. Analyse with `python -m gohccl.trace DIR`."},
 	{"GOHCCL_ACL_LIBRARY", "path", "",
 		"The Ascend runtime (libascendcl.so) gohccl loads when a call first passes ACL device memory (docs/devices.md). Empty: the copy already loaded in the process (by torch_npu), else `libascendcl.so` on the loader's path, else /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so. A process that passes only host memory never loads it."},
 	{"GOHCCL_CUDA_LIBRARY", "path", "",
@@ -96,6 +100,11 @@ type Config struct {
 	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
 	// second (GOHCCL_INTRA_LATENCY, ...).
 	IntraLatency, IntraBW, InterLatency, InterBW float64
+	// TraceBuffer is the flight recorder's capacity in entries, 0 for none
+	// (GOHCCL_TRACE_BUFFER); TraceDir is where failures and SIGUSR1 dump it
+	// (GOHCCL_TRACE_DIR), empty for nowhere.
+	TraceBuffer int
+	TraceDir    string
 	// ACLLibrary and CUDALibrary, when set, are where the Ascend and CUDA
 	// runtimes are loaded from (GOHCCL_ACL_LIBRARY, GOHCCL_CUDA_LIBRARY);
 	// empty means the default search (docs/devices.md).
@@ -107,6 +116,10 @@ const MaxNSocks = 8
 
 // MinEarlyBytes is the smallest GOHCCL_EARLY_BYTES: a collective segment.
 const MinEarlyBytes = 1 << 20
+
+// MaxTraceBuffer bounds the flight recorder: a million entries (136 bytes
+// each) is 136 MiB per communicator, past any use a dump has.
+const MaxTraceBuffer = 1 << 20
 
 // MinBuffSize is the smallest scratch a communicator accepts.
 const MinBuffSize = 64 << 10
@@ -175,6 +188,10 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	default:
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
+	if c.TraceBuffer, err = strconv.Atoi(get("GOHCCL_TRACE_BUFFER")); err != nil {
+		return c, fmt.Errorf("GOHCCL_TRACE_BUFFER=%q: want a number of entries (0 turns the recorder off)", get("GOHCCL_TRACE_BUFFER"))
+	}
+	c.TraceDir = get("GOHCCL_TRACE_DIR")
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
 	if v := strings.ToLower(get("GOHCCL_NSOCKS")); v != "auto" {
 		if c.NSocks, err = strconv.Atoi(v); err != nil || c.NSocks < 1 || c.NSocks > MaxNSocks {
@@ -197,6 +214,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 func (c Config) Validate() error {
 	if c.BuffSize < MinBuffSize {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: below the minimum of %d bytes", c.BuffSize, MinBuffSize)
+	}
+	if c.TraceBuffer < 0 || c.TraceBuffer > MaxTraceBuffer {
+		return fmt.Errorf("GOHCCL_TRACE_BUFFER=%d: want 0 to %d entries", c.TraceBuffer, MaxTraceBuffer)
 	}
 	if c.BuffSize > 1<<40 {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above 1T", c.BuffSize)
