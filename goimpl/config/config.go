@@ -37,10 +37,10 @@ var Vars = []Var{
 		"Tuner's latency per step between ranks of one node (alpha). Only the choice of algorithm depends on it."},
 	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
 		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
-	{"GOHCCL_INTER_LATENCY", "microseconds", "20",
-		"Tuner's latency per step between nodes."},
-	{"GOHCCL_INTER_BW", "GB/s (decimal)", "1.25",
-		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
+	{"GOHCCL_INTER_LATENCY", "microseconds", "",
+		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
+	{"GOHCCL_INTER_BW", "GB/s (decimal)", "",
+		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once for one round, and if the pairs together carry under 80% of that many links, the ranks of a node are priced as sharing one (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
@@ -98,7 +98,8 @@ type Config struct {
 	RanksPerNode int
 	// IntraLatency and InterLatency are the tuner's per-step latencies in
 	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
-	// second (GOHCCL_INTRA_LATENCY, ...).
+	// second (GOHCCL_INTRA_LATENCY, ...). An inter figure of 0 (unset) is
+	// measured at init (comm's probe of the inter-node link).
 	IntraLatency, IntraBW, InterLatency, InterBW float64
 	// TraceBuffer is the flight recorder's capacity in entries, 0 for none
 	// (GOHCCL_TRACE_BUFFER); TraceDir is where failures and SIGUSR1 dump it
@@ -177,6 +178,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		scale float64
 	}{{"GOHCCL_INTRA_LATENCY", &c.IntraLatency, 1e-6}, {"GOHCCL_INTRA_BW", &c.IntraBW, 1e9},
 		{"GOHCCL_INTER_LATENCY", &c.InterLatency, 1e-6}, {"GOHCCL_INTER_BW", &c.InterBW, 1e9}} {
+		if get(f.name) == "" {
+			continue // measured at init (GOHCCL_INTER_*)
+		}
 		v, err := strconv.ParseFloat(get(f.name), 64)
 		if err != nil || v <= 0 || v > 1e9 {
 			return c, fmt.Errorf("%s=%q: want a positive number", f.name, get(f.name))

@@ -79,6 +79,10 @@ func TestAlgoAndTopologyVariables(t *testing.T) {
 	assert.Equal(t, 12.5e9, c.InterBW)
 	assert.InDelta(t, 2e-6, c.IntraLatency, 1e-15)
 	assert.Equal(t, 0, Default().RanksPerNode)
+	// Unset, the inter-node figures are measured at init: 0 says so.
+	assert.Zero(t, Default().InterBW)
+	assert.Zero(t, Default().InterLatency)
+	assert.Zero(t, c.InterLatency)
 	for name, val := range map[string]string{"GOHCCL_ALGO": "level0:tree", "GOHCCL_RANKS_PER_NODE": "0",
 		"GOHCCL_INTER_BW": "fast", "GOHCCL_INTRA_LATENCY": "-1"} {
 		_, err := Load(env(map[string]string{name: val}))
