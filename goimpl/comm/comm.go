@@ -20,6 +20,7 @@ import (
 
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/flight"
 	"github.com/gohccl/gohccl/goimpl/mesh"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/topo"
@@ -102,6 +103,13 @@ type Comm struct {
 	call   mesh.Call
 	args   tune.Args
 	choice tune.Choice
+	// flight is the flight recorder (nil when GOHCCL_TRACE_BUFFER=0), rec
+	// the record of the collective in progress and started when it began,
+	// dumped whether the failure dump was written (flight.go).
+	flight  *flight.Recorder
+	rec     uint64
+	started time.Time
+	dumped  atomic.Bool
 	// pinned, where set, is the choice of its collective instead of the
 	// tuner's: the tests pin every row of the table in turn.
 	pinned [tune.NumColls]tune.Choice
@@ -113,6 +121,7 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 		rank: opt.Rank, size: opt.Size, timeout: opt.Timeout, cfg: opt.Config,
 		mesh: mesh, log: log, id: id,
 		scratch: make([]byte, opt.Config.BuffSize),
+		flight:  flight.New(opt.Config.TraceBuffer),
 	}
 	c.op = algo.Op{Mesh: mesh, Scratch: c.scratch, Segment: seg,
 		Recvs: make([]transport.Recv, 2*opt.Size+2)}
@@ -254,15 +263,22 @@ func (c *Comm) Err() error {
 func (c *Comm) breakBy(err error) error {
 	if c.broken.CompareAndSwap(nil, &err) {
 		c.log.Warnf("communicator broken: %v", err)
+		c.dumpOnFailure(err)
 	}
 	return *c.broken.Load()
 }
 
 func (c *Comm) deadline(timeout time.Duration) time.Time {
+	return c.deadlineFrom(time.Now(), timeout)
+}
+
+// deadlineFrom is deadline counted from now, a time the caller has read
+// anyway (the flight recorder stamps the op's start with it).
+func (c *Comm) deadlineFrom(now time.Time, timeout time.Duration) time.Time {
 	if timeout <= 0 {
 		timeout = c.timeout
 	}
-	return time.Now().Add(timeout)
+	return now.Add(timeout)
 }
 
 // noticeTimeout bounds how long a failing communicator spends telling its
@@ -299,6 +315,7 @@ func (c *Comm) failAt(err error, seq uint64) {
 			c.notifyPeers(seq, first)
 		}
 		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, first))
+		c.dumpOnFailure(first)
 	})
 }
 
@@ -471,7 +488,8 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	c.seq++
 	o := &c.op
 	o.Stamp = transport.Header{Fingerprint: fp, Seq: c.seq}
-	o.Deadline = c.deadline(timeout)
+	c.started = time.Now()
+	o.Deadline = c.deadlineFrom(c.started, timeout)
 	o.DType = fp.DType
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
@@ -485,8 +503,10 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 func (c *Comm) end(err error) error {
 	defer c.mu.Unlock()
 	if err == nil {
+		c.flight.End(c.rec, false, nil)
 		return nil
 	}
+	c.flight.End(c.rec, true, c.awaitedBy(err, c.op.Recvs))
 	fp := c.op.Stamp.Fingerprint
 	err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, c.explain(err))
 	c.failAt(err, c.seq)

@@ -101,3 +101,17 @@ func TestRuntimeLibraries(t *testing.T) {
 	assert.Equal(t, "/opt/cuda/libcudart.so.12", c.CUDALibrary)
 	assert.Equal(t, "/x/libascendcl.so", c.ACLLibrary)
 }
+
+func TestTraceVariables(t *testing.T) {
+	c := Default()
+	assert.Equal(t, 2000, c.TraceBuffer)
+	assert.Empty(t, c.TraceDir)
+	c, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": "0", "GOHCCL_TRACE_DIR": "/tmp/x"}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.TraceBuffer)
+	assert.Equal(t, "/tmp/x", c.TraceDir)
+	for _, bad := range []string{"-1", "many", "2097152"} {
+		_, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": bad}))
+		assert.ErrorContains(t, err, "GOHCCL_TRACE_BUFFER", bad)
+	}
+}
