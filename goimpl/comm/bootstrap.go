@@ -165,16 +165,25 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 		return nil, err
 	}
+	hosts := make([]string, size)
+	for p := range peers {
+		hosts[p] = peers[p].Host
+	}
+	// The inter-node link is measured before anything else uses the links.
+	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), opt.Config, deadline)
+	if err != nil {
+		mesh.Close(err)
+		if loc != nil {
+			loc.close()
+		}
+		return nil, err
+	}
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
-	hosts := make([]string, size)
-	for p := range peers {
-		hosts[p] = peers[p].Host
-	}
-	if err := c.initTuning(hosts, facts); err != nil {
+	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
 			loc.close()
