@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gohccl/gohccl/goimpl/tune"
 )
@@ -45,7 +46,11 @@ var Vars = []Var{
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
-		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
+		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address of the interface that routes to MASTER_ADDR; when MASTER_ADDR names this host and resolves to loopback (Debian's 127.0.1.1), the interface of the default route, else the first non-loopback interface. Loopback only when MASTER_ADDR is loopback (localhost, 127.x) or the host has no other interface."},
+	{"GOHCCL_PEER_TIMEOUT", "seconds (decimal), 0 = off", "5",
+		"How long a peer may stay silent at the TCP level before it is declared lost: its host answers neither data, retransmissions nor keepalive probes (sent after idle time of a fifth of this, at least 1 s). Every rank then fails with an error naming the peer's rank, host and address instead of waiting out the op's timeout. The same bound applies at bootstrap to a published address that refuses or does not answer connections. Shorter notices a dead host sooner; longer rides out longer network outages. 0 leaves it to the kernel (minutes) and the op timeout."},
+	{"GOHCCL_PORT_RANGE", "lo-hi (ports)", "",
+		"Ports the TCP listener may bind, for firewalled clusters, e.g. `29600-29700`; each rank takes a free one in the range (starting at a random one), and init fails naming the range when every port in it is taken. A host needs at least as many ports as ranks it runs per communicator. Empty: any free port the kernel picks."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
 	{"GOHCCL_ACL_LIBRARY", "path", "",
@@ -78,6 +83,12 @@ type Config struct {
 	Transport string
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
+	// PeerTimeout is how long a peer may stay silent before it is declared
+	// lost (GOHCCL_PEER_TIMEOUT); 0 for never.
+	PeerTimeout time.Duration
+	// PortLo and PortHi bound the TCP listener's port (GOHCCL_PORT_RANGE);
+	// both 0 for any.
+	PortLo, PortHi int
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
 	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
@@ -161,6 +172,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if err := c.loadNetwork(get); err != nil {
+		return c, err
+	}
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
 	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")
