@@ -650,8 +650,6 @@ def test_killed_host_fails_the_others_fast():
     _check_fault(job_of("3x1"))
 
 
-@pytest.mark.xfail(strict=False, reason="before the tcpctl bootstrap work, an unreachable published "
-                   "address is retried until the group's timeout")
 def test_socket_ifname_lo_across_hosts_fails_fast():
     """4 hosts x 1 rank, a group made with GOHCCL_SOCKET_IFNAME=lo: every
     rank fails within seconds with an error naming the loopback address a
