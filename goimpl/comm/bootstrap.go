@@ -119,18 +119,20 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 			return nil, fmt.Errorf("rank %d published a malformed address: %v", p, err)
 		}
 	}
+
 	if id.Public, err = publicKeys(peers); err != nil {
 		return nil, err
 	}
 
-	links, err := connect(store, prefix, ln, &id, rank, peers, opt.Config.PeerTimeout, deadline, log)
+	links, err := connect(store, prefix, ln, &id, rank, peers, stripesTo(opt, peers), opt.Config.PeerTimeout, deadline, log)
 	if err != nil {
 		return nil, err
 	}
 	matcher := transport.NewMatcher(rank, size)
+	matcher.SetEarlyLimit(int(opt.Config.EarlyBytes))
 	tl := make([]transport.Link, size)
-	for p, conn := range links {
-		link := tcp.NewLink(conn, p, matcher)
+	for p, conns := range links {
+		link := tcp.NewStripedLink(conns, p, matcher)
 		link.Watch(peers[p].name(p), opt.Config.PeerTimeout)
 		tl[p] = link
 	}
@@ -162,16 +164,25 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 		return nil, err
 	}
+	hosts := make([]string, size)
+	for p := range peers {
+		hosts[p] = peers[p].Host
+	}
+	// The inter-node link is measured before anything else uses the links.
+	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), opt.Config, deadline)
+	if err != nil {
+		mesh.Close(err)
+		if loc != nil {
+			loc.close()
+		}
+		return nil, err
+	}
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
-	hosts := make([]string, size)
-	for p := range peers {
-		hosts[p] = peers[p].Host
-	}
-	if err := c.initTuning(hosts, facts); err != nil {
+	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
 			loc.close()

@@ -57,10 +57,11 @@ const failPoll = 200 * time.Millisecond
 // otherwise tell a peer that will never connect from a slow one. Every
 // rank's error then names the unreachable address and peer, and what every
 // rank published.
+// stripes[p] is how many connections to open to a lower rank p.
 func connect(store rendezvous.Store, prefix string, ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo,
-	window time.Duration, deadline time.Time, log *Logger) (map[int]*net.TCPConn, error) {
+	stripes []int, window time.Duration, deadline time.Time, log *Logger) (map[int][]*net.TCPConn, error) {
 	size := len(peers)
-	conns := make(map[int]*net.TCPConn, size)
+	conns := make(map[int][]*net.TCPConn, size)
 	if size == 1 {
 		return conns, nil
 	}
@@ -114,7 +115,7 @@ func connect(store rendezvous.Store, prefix string, ln *tcp.Listener, id *tcp.Id
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := tcp.DialPeer(ctx, peers[p].Addr, id, rank, p, deadline, window)
+			c, err := tcp.DialPeerStripes(ctx, peers[p].Addr, id, rank, p, stripes[p], deadline, window)
 			if err != nil {
 				if ctx.Err() == nil || !errors.Is(err, context.Cause(ctx)) {
 					fail(fmt.Errorf("%v (%s)", err, peers[p].name(p)), true)
@@ -147,8 +148,10 @@ func connect(store rendezvous.Store, prefix string, ln *tcp.Listener, id *tcp.Id
 	if len(errs) == 0 {
 		return conns, nil
 	}
-	for _, c := range conns {
-		c.Close()
+	for _, cs := range conns {
+		for _, c := range cs {
+			c.Close()
+		}
 	}
 	err := errors.Join(errs...)
 	if own {

@@ -30,7 +30,8 @@ import (
 //
 // Messages (little-endian):
 //
-//	hello     80 bytes  magic "gohcclHI", version, from, to, size, comm id (16), nonce (32), 8 reserved
+//	hello     80 bytes  magic "gohcclHI", version, from, to, size, comm id (16), nonce (32),
+//	                    stripe, stripes (1 byte each; 0, 0 for one connection), 6 reserved
 //	challenge 80 bytes  magic "gohcclCH", rank, 4 reserved, nonce (32), MAC (32)
 //	proof     40 bytes  magic "gohcclPF", MAC (32)
 //	ok         8 bytes  magic "gohcclOK"
@@ -84,6 +85,10 @@ type hello struct {
 	Size     uint32
 	CommID   [16]byte
 	Nonce    [nonceSize]byte
+	// Stripe is this connection's index among the Stripes connections the
+	// connecting rank opens to the accepting one (stripe.go); 0 and 0 (read
+	// as 1) for one connection.
+	Stripe, Stripes uint8
 }
 
 func (h *hello) encode(b []byte) {
@@ -95,6 +100,9 @@ func (h *hello) encode(b []byte) {
 	copy(b[24:40], h.CommID[:])
 	copy(b[40:72], h.Nonce[:])
 	clear(b[72:80])
+	if h.Stripes > 1 {
+		b[72], b[73] = h.Stripe, h.Stripes
+	}
 }
 
 // decodeHello parses a hello without trusting any of it.
@@ -115,10 +123,17 @@ func decodeHello(b []byte) (hello, error) {
 	if h.Version != protoVersion {
 		return h, fmt.Errorf("handshake speaks protocol version %d, this library %d", h.Version, protoVersion)
 	}
-	for _, c := range b[72:80] {
+	for _, c := range b[74:80] {
 		if c != 0 {
 			return h, errors.New("handshake has reserved bytes set")
 		}
+	}
+	h.Stripe, h.Stripes = b[72], max(b[73], 1)
+	if h.Stripes > MaxStripes || h.Stripe >= h.Stripes {
+		return h, fmt.Errorf("handshake names stripe %d of %d (at most %d)", h.Stripe, h.Stripes, MaxStripes)
+	}
+	if b[73] <= 1 && b[72] != 0 {
+		return h, errors.New("handshake names a stripe of one connection")
 	}
 	return h, nil
 }
@@ -168,8 +183,9 @@ func transcriptMAC(key []byte, label string, helloMsg, challengeHead []byte) []b
 	return m.Sum(nil)
 }
 
-// serverHandshake runs the accepting side and returns the peer's rank.
-func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time) (int, error) {
+// serverHandshake runs the accepting side and returns the peer's verified
+// hello (its rank and stripe).
+func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time) (hello, error) {
 	d := time.Now().Add(handshakeTimeout)
 	if deadline.Before(d) {
 		d = deadline
@@ -177,52 +193,53 @@ func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time)
 	c.SetDeadline(d)
 	var hb [helloSize]byte
 	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		return -1, fmt.Errorf("reading handshake: %w", err)
+		return hello{}, fmt.Errorf("reading handshake: %w", err)
 	}
 	h, err := decodeHello(hb[:])
 	if err == nil {
 		err = h.verify(id, rank)
 	}
 	if err != nil {
-		return -1, err
+		return hello{}, err
 	}
 	from := int(h.From)
 	key, err := pairKey(id, from, rank)
 	if err != nil {
-		return -1, err
+		return hello{}, err
 	}
 	var ch [challengeSize]byte
 	copy(ch[0:8], challengeMagic[:])
 	binary.LittleEndian.PutUint32(ch[8:], uint32(rank))
 	if _, err := rand.Read(ch[16:48]); err != nil {
-		return -1, err
+		return hello{}, err
 	}
 	copy(ch[48:], transcriptMAC(key, "gohccl acceptor", hb[:], ch[:48]))
 	if _, err := c.Write(ch[:]); err != nil {
-		return -1, fmt.Errorf("answering the handshake of rank %d: %w", from, err)
+		return hello{}, fmt.Errorf("answering the handshake of rank %d: %w", from, err)
 	}
 	var pf [proofSize]byte
 	if _, err := io.ReadFull(c, pf[:]); err != nil {
-		return -1, fmt.Errorf("reading the proof of rank %d: %w", from, err)
+		return hello{}, fmt.Errorf("reading the proof of rank %d: %w", from, err)
 	}
 	if [8]byte(pf[0:8]) != proofMagic || !hmac.Equal(pf[8:], transcriptMAC(key, "gohccl dialer", hb[:], ch[:48])) {
-		return -1, fmt.Errorf("a connection claiming to be rank %d could not prove it holds rank %d's key", from, from)
+		return hello{}, fmt.Errorf("a connection claiming to be rank %d could not prove it holds rank %d's key", from, from)
 	}
 	if _, err := c.Write(okMagic[:]); err != nil {
-		return -1, fmt.Errorf("confirming the handshake of rank %d: %w", from, err)
+		return hello{}, fmt.Errorf("confirming the handshake of rank %d: %w", from, err)
 	}
 	c.SetDeadline(time.Time{})
-	return from, nil
+	return h, nil
 }
 
-// clientHandshake runs the dialing side against rank to at addr; the
-// caller has set the connection's deadline.
-func clientHandshake(c *net.TCPConn, id *Identity, from, to int, addr string) error {
+// clientHandshake runs the dialing side against rank to at addr, for
+// connection stripe of stripes; the caller has set the connection's deadline.
+func clientHandshake(c *net.TCPConn, id *Identity, from, to, stripe, stripes int, addr string) error {
 	key, err := pairKey(id, to, from)
 	if err != nil {
 		return err
 	}
-	h := hello{Version: protoVersion, From: uint32(from), To: uint32(to), Size: uint32(id.Size), CommID: id.CommID}
+	h := hello{Version: protoVersion, From: uint32(from), To: uint32(to), Size: uint32(id.Size), CommID: id.CommID,
+		Stripe: uint8(stripe), Stripes: uint8(stripes)}
 	if _, err := rand.Read(h.Nonce[:]); err != nil {
 		return err
 	}

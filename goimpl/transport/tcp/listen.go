@@ -67,34 +67,55 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // Logf receives warnings about rejected connections.
 type Logf func(format string, args ...any)
 
-// AcceptPeers is Accept that only its deadline stops.
+// AcceptPeers accepts one verified connection from each rank in peers
+// (ranks above rank) until deadline; see Accept.
 func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int]*net.TCPConn, error) {
+	got, err := l.AcceptStriped(id, rank, peers, deadline, warn)
+	if err != nil {
+		return nil, err
+	}
+	one := make(map[int]*net.TCPConn, len(got))
+	for p, cs := range got {
+		one[p] = cs[0]
+		for _, c := range cs[1:] {
+			c.Close()
+		}
+	}
+	return one, nil
+}
+
+// AcceptStriped is Accept that only its deadline stops.
+func (l *Listener) AcceptStriped(id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int][]*net.TCPConn, error) {
 	return l.Accept(context.Background(), id, rank, peers, deadline, warn)
 }
 
-// Accept accepts one verified connection from each rank in peers (ranks
-// above rank) until deadline, or until ctx ends (then its cause is the
-// error). A connection that fails its handshake is logged and dropped; it
-// never fails the bootstrap. What a connection can make this rank hold
-// before its handshake completes is bounded: handshake messages of fixed
-// size, read within handshakeTimeout, and at most maxPending such
-// connections at once (more are closed at once).
-func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int]*net.TCPConn, error) {
+// Accept accepts every connection each rank in peers (ranks above rank)
+// opens, as many as its handshakes say (DialStripes), in stripe order, until
+// deadline, or until ctx ends (then its cause is the error). A connection
+// that fails its handshake is logged and dropped; it never fails the
+// bootstrap. What a connection can make this rank hold before its handshake
+// completes is bounded: handshake messages of fixed size, read within
+// handshakeTimeout, and at most maxPending such connections at once (more
+// are closed at once).
+func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int][]*net.TCPConn, error) {
 	want := make(map[int]bool, len(peers))
 	for _, p := range peers {
 		want[p] = true
 	}
-	got := make(map[int]*net.TCPConn, len(peers))
+	got := make(map[int][]*net.TCPConn, len(peers))
+	have := make(map[int]int, len(peers)) // stripes in got[p]
+	complete := 0
 	type result struct {
-		from int
-		conn *net.TCPConn
+		from            int
+		stripe, stripes int
+		conn            *net.TCPConn
 	}
 	results := make(chan result)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var pmu sync.Mutex
 	pending := map[*net.TCPConn]bool{} // connections still in their handshake
-	maxPending := 4*len(peers) + 8
+	maxPending := 4*len(peers)*MaxStripes + 8
 	warnedFull := false
 	defer func() {
 		close(stop)
@@ -145,7 +166,7 @@ func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []i
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				from, err := serverHandshake(c, id, rank, deadline)
+				h, err := serverHandshake(c, id, rank, deadline)
 				pmu.Lock()
 				delete(pending, c)
 				pmu.Unlock()
@@ -155,7 +176,7 @@ func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []i
 					return
 				}
 				select {
-				case results <- result{from, c}:
+				case results <- result{int(h.From), int(h.Stripe), int(h.Stripes), c}:
 				case <-stop:
 					c.Close()
 				}
@@ -166,19 +187,31 @@ func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []i
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	closeGot := func() {
-		for _, c := range got {
-			c.Close()
+		for _, cs := range got {
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
+			}
 		}
 	}
-	for len(got) < len(want) {
+	for complete < len(want) {
 		select {
 		case r := <-results:
-			if !want[r.from] || got[r.from] != nil {
-				warn("dropped a second connection claiming to be rank %d", r.from)
+			cs := got[r.from]
+			if cs == nil && want[r.from] {
+				cs = make([]*net.TCPConn, r.stripes)
+				got[r.from] = cs
+			}
+			if cs == nil || len(cs) != r.stripes || cs[r.stripe] != nil {
+				warn("dropped a second connection claiming to be rank %d (stripe %d of %d)", r.from, r.stripe, r.stripes)
 				r.conn.Close()
 				continue
 			}
-			got[r.from] = r.conn
+			cs[r.stripe] = r.conn
+			if have[r.from]++; have[r.from] == len(cs) {
+				complete++
+			}
 		case <-ctx.Done():
 			closeGot()
 			return nil, context.Cause(ctx)
@@ -186,7 +219,7 @@ func (l *Listener) Accept(ctx context.Context, id *Identity, rank int, peers []i
 			closeGot()
 			var missing []int
 			for _, p := range peers {
-				if got[p] == nil {
+				if got[p] == nil || have[p] < len(got[p]) {
 					missing = append(missing, p)
 				}
 			}
@@ -202,6 +235,35 @@ func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCP
 	return DialPeer(context.Background(), addr, id, from, to, deadline, 0)
 }
 
+// dialStripe is DialStripes' one connection: stripe of stripes, retried
+// until deadline.
+func dialStripe(addr string, id *Identity, from, to, stripe, stripes int, deadline time.Time) (*net.TCPConn, error) {
+	return dialPeer(context.Background(), addr, id, from, to, stripe, stripes, deadline, 0)
+}
+
+// DialPeerStripes is DialPeer for stripes connections (DialStripes), stripe
+// 0 first.
+func DialPeerStripes(ctx context.Context, addr string, id *Identity, from, to, stripes int, deadline time.Time, window time.Duration) ([]*net.TCPConn, error) {
+	if stripes < 1 || stripes > MaxStripes {
+		return nil, fmt.Errorf("%d connections per peer: want 1 to %d", stripes, MaxStripes)
+	}
+	conns := make([]*net.TCPConn, 0, stripes)
+	for i := range stripes {
+		c, err := dialPeer(ctx, addr, id, from, to, i, stripes, deadline, window)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			if i > 0 {
+				err = fmt.Errorf("connection %d of %d: %w", i+1, stripes, err)
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
 // DialPeer connects rank from to rank to at addr, the address rank to
 // published, and performs the handshake. The address was published after
 // its listener opened, so a connection it refuses, resets or leaves
@@ -211,13 +273,17 @@ func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCP
 // reached its handshake yet is waited for until deadline (with keepalive,
 // so a host that dies meanwhile ends the wait). ctx ends it early.
 func DialPeer(ctx context.Context, addr string, id *Identity, from, to int, deadline time.Time, window time.Duration) (*net.TCPConn, error) {
+	return dialPeer(ctx, addr, id, from, to, 0, 1, deadline, window)
+}
+
+func dialPeer(ctx context.Context, addr string, id *Identity, from, to, stripe, stripes int, deadline time.Time, window time.Duration) (*net.TCPConn, error) {
 	giveUp := deadline
 	if window > 0 && time.Now().Add(window).Before(deadline) {
 		giveUp = time.Now().Add(window)
 	}
 	backoff := 5 * time.Millisecond
 	for {
-		c, reached, err := dialOnce(ctx, addr, id, from, to, giveUp, deadline, window)
+		c, reached, err := dialOnce(ctx, addr, id, from, to, stripe, stripes, giveUp, deadline, window)
 		if err == nil {
 			return c, nil
 		}
@@ -248,7 +314,7 @@ func DialPeer(ctx context.Context, addr string, id *Identity, from, to int, dead
 
 // dialOnce makes one connection attempt (bounded by giveUp) and its
 // handshake (bounded by deadline). reached says the TCP connection was made.
-func dialOnce(ctx context.Context, addr string, id *Identity, from, to int, giveUp, deadline time.Time, window time.Duration) (c *net.TCPConn, reached bool, err error) {
+func dialOnce(ctx context.Context, addr string, id *Identity, from, to, stripe, stripes int, giveUp, deadline time.Time, window time.Duration) (c *net.TCPConn, reached bool, err error) {
 	d := net.Dialer{Deadline: giveUp}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -264,7 +330,7 @@ func dialOnce(ctx context.Context, addr string, id *Identity, from, to int, give
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	c.SetDeadline(deadline)
-	if err := clientHandshake(c, id, from, to, addr); err != nil {
+	if err := clientHandshake(c, id, from, to, stripe, stripes, addr); err != nil {
 		c.Close()
 		return nil, true, err
 	}

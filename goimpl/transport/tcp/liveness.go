@@ -129,6 +129,9 @@ func (l *Link) checkAlive(timeout time.Duration) error {
 func (l *Link) declareLost(err error) {
 	l.ctl.cause.CompareAndSwap(nil, &err)
 	l.conn.Close()
+	for _, c := range l.st.conns {
+		c.Close() // stripe writers and readers blocked on the same dead host
+	}
 }
 
 // tcpInfo is the part of Linux's struct tcp_info the watch reads.

@@ -119,9 +119,17 @@ func TestSilentPeerDeclaredLost(t *testing.T) {
 	m0.Post(&idle)
 	sent := make(chan error, 1)
 	go func() {
-		// A point-to-point frame: stashed by rank 0, not matched to its receive.
-		h := transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindSend, Count: 64 << 20}, Tag: 7, Len: 64 << 20}
-		sent <- l1.Send(&h, make([]byte, 64<<20), time.Now().Add(time.Minute))
+		// Point-to-point frames, stashed by rank 0 (not matched to its
+		// receive) until its early-frame limit, then held back by TCP: the
+		// sends go on until one fails.
+		buf := make([]byte, 8<<20)
+		for tag := uint64(1); ; tag++ {
+			h := transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindSend, Count: 8 << 20}, Tag: tag, Len: 8 << 20}
+			if err := l1.Send(&h, buf, time.Now().Add(time.Minute)); err != nil {
+				sent <- err
+				return
+			}
+		}
 	}()
 	time.Sleep(100 * time.Millisecond) // the send is under way
 	cut()

@@ -5,9 +5,10 @@
 // Each link sends on the caller's goroutine (one writev per frame, under the
 // link's lock) and receives on a goroutine of its own that reads headers and
 // reads payloads straight into posted receive buffers, or stashes them when
-// the receive is not posted yet. Because that goroutine always drains the
-// socket, a send never waits for the peer's program to reach its receive,
-// and a ring of ranks that all send before they receive cannot deadlock.
+// the receive is not posted yet, up to the matcher's early-frame limit per
+// peer (GOHCCL_EARLY_BYTES). Past it the goroutine stops reading until the
+// receive is posted, and TCP's own window holds the sender back: a peer
+// cannot grow this rank's memory without bound (docs/protocol.md, "Flow").
 package tcp
 
 import (
@@ -53,16 +54,23 @@ type Link struct {
 	wbuf    []byte
 	iov     net.Buffers
 	iovArr  [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
+
+	// st holds the extra connections of a striped link (stripe.go).
+	st stripeSet
 }
 
 // NewLink wraps an established connection to peer and starts its receive
 // side, which delivers into m.
 func NewLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
-	conn.SetNoDelay(true)
-	l := &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
-		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
+	l := newLink(conn, peer, m)
 	go l.receive()
 	return l
+}
+
+func newLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
+	conn.SetNoDelay(true)
+	return &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
+		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
 }
 
 // Class implements transport.Link.
@@ -80,6 +88,13 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 	}
 	l.conn.SetWriteDeadline(deadline)
 	h.Encode(l.wbuf)
+	k, first, base := l.st.split(len(payload))
+	if k > 1 {
+		// Parts 1..k-1 go out on the other stripes while this goroutine
+		// writes the header and part 0.
+		l.st.sendParts(payload, k, first, base, deadline)
+		payload = payload[:first]
+	}
 	var err error
 	var sent int64
 	if len(payload) <= smallFrame {
@@ -92,9 +107,17 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 		l.iov = l.iovArr[:]
 		sent, err = l.iov.WriteTo(l.conn)
 	}
+	if k > 1 {
+		if serr := l.st.waitSent(k); serr != nil {
+			sent = 1 // some stripe may have stopped inside its part
+			if err == nil {
+				err = serr
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+			err = fmt.Errorf("%w: rank %d did not take the data in time (it stopped reading: stalled, or it holds GOHCCL_EARLY_BYTES of this rank's frames whose receives it has not posted)", transport.ErrTimeout, l.peer)
 		} else {
 			err = l.lostErr(err)
 		}
@@ -113,12 +136,18 @@ func (l *Link) Close() error {
 		return nil
 	}
 	err := l.conn.Close()
+	l.st.closeConns()
+	l.matcher.Wake() // a receive side holding back an early frame returns
 	<-l.done
+	l.wmu.Lock()
+	l.st.stopWriters()
+	l.wmu.Unlock()
 	return err
 }
 
 func (l *Link) receive() {
 	defer close(l.done)
+	defer l.st.stopReaders()
 	br := bufio.NewReaderSize(l.conn, readBuffer)
 	var hb [transport.HeaderSize]byte
 	var h transport.Header
@@ -131,10 +160,10 @@ func (l *Link) receive() {
 			l.lost(fmt.Errorf("%w: %v", transport.ErrProtocol, err))
 			return
 		}
-		dst, r, discard := l.matcher.Arrive(l.peer, &h)
+		dst, r, discard := l.matcher.ArriveBounded(l.peer, &h, l.closed.Load)
 		switch {
 		case r != nil:
-			_, err := io.ReadFull(br, dst)
+			err := l.readPayload(br, dst)
 			if err != nil {
 				l.matcher.Complete(r, l.lostErr(err))
 				l.lost(err)
@@ -142,13 +171,13 @@ func (l *Link) receive() {
 			}
 			l.matcher.Complete(r, nil)
 		case discard:
-			if _, err := br.Discard(int(h.Len)); err != nil {
+			if err := l.discardPayload(br, int(h.Len)); err != nil {
 				l.lost(err)
 				return
 			}
 		default:
 			buf := l.matcher.StashBuffer(int(h.Len))
-			if _, err := io.ReadFull(br, buf); err != nil {
+			if err := l.readPayload(br, buf); err != nil {
 				l.lost(err)
 				return
 			}
@@ -182,6 +211,7 @@ func (l *Link) lost(err error) {
 		l.matcher.Fail(l.peer, l.lostErr(err))
 	}
 	l.conn.Close()
+	l.st.closeConns()
 }
 
 // OnLost hands the end of the connection to f rather than failing the
