@@ -18,7 +18,7 @@ CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
 .PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi \
-	test-hosts bench-hosts wheel-check FORCE
+	test-hosts bench-hosts bench-seed wheel-check FORCE
 
 # The Python environment: torch and the test tools. $(VENV)/.torch holds the
 # torch requirement it was made with and is rewritten only when TORCH
@@ -101,6 +101,12 @@ test-hosts: $(BUILT)
 
 bench-hosts: $(BUILT)
 	benchmarks/hosts.sh $(HOSTS_ARGS)
+
+# The seed's comparison (issue 17): all_reduce forced to each schedule and
+# automatic on 4 emulated hosts x 2 ranks, shaped links, beside gohccl-sim
+# with the link figures measured at init. SEED_ARGS, e.g. "--rate 200mbit".
+bench-seed: $(BUILT)
+	benchmarks/seed.sh $(SEED_ARGS)
 
 clean:
 	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)
