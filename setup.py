@@ -68,7 +68,7 @@ setup(
     name="gohccl",
     version="0.1.0",
     description="HCCL-style collective communication in Go, as the torch.distributed backend 'gohccl'",
-    packages=["gohccl"],
+    packages=["gohccl", "gohccl.bench"],
     package_dir={"": "python"},
     python_requires=">=3.10",
     install_requires=["torch"],

@@ -2,8 +2,8 @@
 
 Two kinds:
   pure     the busbw formulas, size parsing, buffer layouts and the --check
-           arithmetic, against values computed by hand. The module is loaded
-           from its file, so this process never imports gohccl (and so never
+           arithmetic, against values computed by hand. The package is loaded
+           from its folder, so this process never imports gohccl (and so never
            starts a Go runtime that a later fork could break).
   command  `python -m gohccl.bench --nproc 2 ...` on a tiny sweep, as a user
            runs it: it launches torchrun, which starts the two ranks. Each
@@ -12,7 +12,7 @@ Two kinds:
            sessions of their own) exit by themselves once torchrun is gone.
 
 The commands measure `backend` (GOHCCL_TEST_BACKENDS, default gohccl) next to
-Gloo. With GOHCCL_TEST_BACKENDS=gloo they run the bench from its file, so a
+Gloo. With GOHCCL_TEST_BACKENDS=gloo they run the bench from its folder, so a
 gohccl that does not build yet is never imported.
 """
 
@@ -29,11 +29,13 @@ import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
-BENCH_PATH = os.path.join(REPO_ROOT, "python", "gohccl", "bench.py")
+BENCH_PATH = os.path.join(REPO_ROOT, "python", "gohccl", "bench")
 
 
 def _load_bench():
-    spec = importlib.util.spec_from_file_location("_gohccl_bench_under_test", BENCH_PATH)
+    spec = importlib.util.spec_from_file_location(
+        "_gohccl_bench_under_test", os.path.join(BENCH_PATH, "__init__.py"),
+        submodule_search_locations=[BENCH_PATH])
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up by name
     spec.loader.exec_module(mod)
@@ -141,7 +143,7 @@ def test_check_expectation_matches_a_reference_computed_here(collective, dtype):
     for op in ops:
         inputs = []
         for r in range(n):
-            buf = bench._make_buffers(collective, lay, dtype)
+            buf = bench.make_buffers(collective, lay, dtype)
             bench.fill_for_check(collective, buf, dtype, op, r, n)
             inputs.append(buf.send.clone())
         c = lay.count
