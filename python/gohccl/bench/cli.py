@@ -18,7 +18,7 @@ from .defs import (COLLECTIVE_ALIASES, COLLECTIVES, DTYPE_ALIASES, DTYPES, FLOAT
 from .launch import (BenchError, World, exit_with_parent, launch_self, launched_by_mpirun,
                      launched_by_torchrun)
 from .report import Progress, write_csv, write_json, write_plot
-from .timing import make_labels, run_sweep
+from .timing import ComputeLoad, make_labels, run_sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
                           "on this host with torchrun (default 2; 1 runs in this process)")
     run.add_argument("--timeout", type=float, default=300.0,
                      help="process group timeout in seconds (default 300)")
+    busy = p.add_argument_group(
+        "contention (docs/bench.md: a busy machine; more ranks than cores is just --nproc)")
+    busy.add_argument("--compute-threads", type=int, default=0, metavar="N",
+                      help="N threads per rank multiply float32 matrices in a loop for the "
+                           "whole sweep, as backward's compute would (default 0: none)")
+    busy.add_argument("--compute-size", type=int, default=1024, metavar="M",
+                      help="the compute threads' matrices are M x M (default 1024)")
     return p
 
 
@@ -100,6 +107,8 @@ class Options:
     progress: bool | None
     nproc: int | None
     timeout: float
+    compute_threads: int
+    compute_size: int
     minbytes: int
     maxbytes: int
     stepfactor: float | None
@@ -142,12 +151,17 @@ def parse_args(argv: list[str]) -> Options:
             raise ValueError("--nproc must be at least 1")
         if a.root < 0:
             raise ValueError("-r/--root cannot be negative")
+        if a.compute_threads < 0:
+            raise ValueError("--compute-threads cannot be negative")
+        if a.compute_size < 1:
+            raise ValueError("--compute-size must be at least 1")
     except ValueError as exc:
         parser.error(str(exc))
     return Options(sizes=sizes, collectives=collectives, ops=ops, dtypes=dtypes, root=a.root,
                    iters=a.iters, warmup=a.warmup, block=a.block, stat=a.stat, backends=backends,
                    algos=algos, check=a.check, json=a.json, csv=a.csv, plot=a.plot,
                    progress=a.progress, nproc=a.nproc, timeout=a.timeout,
+                   compute_threads=a.compute_threads, compute_size=a.compute_size,
                    minbytes=minbytes, maxbytes=maxbytes, stepfactor=stepfactor,
                    stepbytes=stepbytes)
 
@@ -195,6 +209,14 @@ def run_rank(opts: Options, argv: list[str]) -> int:
             pass
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), else the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _run_world(world: World, opts: Options, argv: list[str]) -> int:
     """_run_world creates the labels' groups, runs the sweep on every rank and,
     on rank 0, prints the summary and writes the files."""
@@ -235,9 +257,26 @@ def _run_world(world: World, opts: Options, argv: list[str]) -> int:
         emit(f"# {note}")
     for r, h in enumerate(hosts):
         emit(f"#  Rank {r:3d} {h}")
-    rows = run_sweep(world, labels, opts, progress, emit)
+    cpus = _usable_cpus()
+    busy = world.size * (1 + opts.compute_threads)
+    if opts.compute_threads:
+        emit(f"# contention: {opts.compute_threads} compute thread(s) per rank multiplying "
+             f"{opts.compute_size}x{opts.compute_size} float32 matrices for the whole sweep")
+    if busy > cpus:
+        emit(f"# oversubscribed: {world.size} ranks x {1 + opts.compute_threads} busy "
+             f"thread(s) = {busy} on {cpus} usable CPUs (this host's share)")
+    load = ComputeLoad(opts.compute_threads, opts.compute_size) if opts.compute_threads else None
+    if load is not None:
+        load.start()
+    try:
+        rows = run_sweep(world, labels, opts, progress, emit)
+    finally:
+        gflops = load.stop() if load is not None else None
     progress.clear()
     load_end = os.getloadavg()
+    compute = None
+    if load is not None:
+        compute = [float(x) for x in world.gather_strings(repr(gflops))]
     if lead:
         measured = [r for r in rows if r.busbw is not None]
         avg = []
@@ -252,6 +291,9 @@ def _run_world(world: World, opts: Options, argv: list[str]) -> int:
             print(f"# Wrong elements       : {bad} {'OK' if bad == 0 else 'FAILED'}")
         else:
             print("# Wrong elements       : not checked (use --check)")
+        if compute is not None:
+            print(f"# Compute kept up      : {statistics.fmean(compute):.2f} GFLOP/s per rank "
+                  f"(min {min(compute):.2f}, {opts.compute_threads} thread(s) each)")
         print("#", flush=True)
         meta = {
             "tool": "gohccl.bench", "format": 1, "command": command,
@@ -265,7 +307,10 @@ def _run_world(world: World, opts: Options, argv: list[str]) -> int:
             "stepfactor": opts.stepfactor if opts.stepbytes is None else None,
             "stepbytes": opts.stepbytes, "root": opts.root,
             "load_average_start": list(load_start), "load_average_end": list(load_end),
-            "cpus": os.cpu_count(), "versions": _versions(opts),
+            "cpus": os.cpu_count(), "cpus_usable": cpus,
+            "compute_threads": opts.compute_threads,
+            "compute_size": opts.compute_size if opts.compute_threads else None,
+            "compute_gflops": compute, "versions": _versions(opts),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
         if opts.json:

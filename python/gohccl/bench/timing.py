@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import os
 import statistics
+import threading
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -358,3 +359,53 @@ def run_sweep(world: World, labels: list[Label], opts: Options, progress: Progre
                         rows.extend(row)
                     progress.advance()
     return rows
+
+
+class ComputeLoad:
+    """ComputeLoad is --compute-threads: threads of this rank that multiply two
+    M x M float32 matrices into a third, over and over, from start() to stop(),
+    as backward's compute keeps a training job's cores busy while DDP's
+    gradient all-reduces run. torch releases the GIL inside the multiply, so
+    the threads compete with the rank's communication for cores, not for the
+    interpreter. Each multiply uses torch's intra-op threads
+    (torch.get_num_threads(): 1 under the --nproc launcher, which sets
+    OMP_NUM_THREADS=1)."""
+
+    def __init__(self, threads: int, size: int):
+        self.threads, self.size = threads, size
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._counts = [0] * threads
+        self._t0 = 0.0
+
+    def start(self):
+        import torch
+        self._stop.clear()
+        self._counts = [0] * self.threads
+        self._t0 = time.perf_counter()
+        for i in range(self.threads):
+            a, b = torch.rand(self.size, self.size), torch.rand(self.size, self.size)
+            c = torch.empty(self.size, self.size)
+            w = threading.Thread(target=self._loop, args=(i, a, b, c),
+                                 name=f"bench-compute-{i}", daemon=True)
+            w.start()
+            self._workers.append(w)
+
+    def _loop(self, i: int, a, b, c):
+        import torch
+        n = 0
+        while not self._stop.is_set():
+            torch.mm(a, b, out=c)
+            n += 1
+            self._counts[i] = n
+
+    def stop(self) -> float:
+        """stop ends the threads (each finishes its multiply) and returns the
+        rate they kept up over the run, in GFLOP/s for this rank (2 M^3
+        floating-point operations per multiply)."""
+        self._stop.set()
+        for w in self._workers:
+            w.join()
+        self._workers = []
+        elapsed = time.perf_counter() - self._t0
+        return sum(self._counts) * 2.0 * self.size ** 3 / elapsed / 1e9 if elapsed > 0 else 0.0
