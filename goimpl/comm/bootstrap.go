@@ -127,14 +127,15 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 	}
 
-	links, err := connect(ln, &id, rank, peers, deadline, log)
+	links, err := connect(ln, &id, rank, peers, stripesTo(opt, peers), deadline, log)
 	if err != nil {
 		return nil, err
 	}
 	matcher := transport.NewMatcher(rank, size)
+	matcher.SetEarlyLimit(int(opt.Config.EarlyBytes))
 	tl := make([]transport.Link, size)
-	for p, conn := range links {
-		tl[p] = tcp.NewLink(conn, p, matcher)
+	for p, conns := range links {
+		tl[p] = tcp.NewStripedLink(conns, p, matcher)
 	}
 	loc, shmLinks, err := setupLocal(store, prefix, id.CommID[:], rank, peers, opt, deadline, matcher, log)
 	if err != nil {
@@ -164,16 +165,25 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 		return nil, err
 	}
+	hosts := make([]string, size)
+	for p := range peers {
+		hosts[p] = peers[p].Host
+	}
+	// The inter-node link is measured before anything else uses the links.
+	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), opt.Config, deadline)
+	if err != nil {
+		mesh.Close(err)
+		if loc != nil {
+			loc.close()
+		}
+		return nil, err
+	}
 	if opt.CapProcs {
 		capProcs(peers, me.Host, log)
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
-	hosts := make([]string, size)
-	for p := range peers {
-		hosts[p] = peers[p].Host
-	}
-	if err := c.initTuning(hosts, facts); err != nil {
+	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
 			loc.close()
@@ -189,9 +199,10 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 }
 
 // connect dials every lower rank and accepts every higher one, concurrently.
-func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, deadline time.Time, log *Logger) (map[int]*net.TCPConn, error) {
+// stripes[p] is how many connections to open to a lower rank p.
+func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, stripes []int, deadline time.Time, log *Logger) (map[int][]*net.TCPConn, error) {
 	size := len(peers)
-	conns := make(map[int]*net.TCPConn, size)
+	conns := make(map[int][]*net.TCPConn, size)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -199,7 +210,7 @@ func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, dea
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := tcp.Dial(peers[p].Addr, id, rank, p, deadline)
+			c, err := tcp.DialStripes(peers[p].Addr, id, rank, p, stripes[p], deadline)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -214,7 +225,7 @@ func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, dea
 		for p := rank + 1; p < size; p++ {
 			higher = append(higher, p)
 		}
-		got, err := ln.AcceptPeers(id, rank, higher, deadline, log.Warnf)
+		got, err := ln.AcceptStriped(id, rank, higher, deadline, log.Warnf)
 		mu.Lock()
 		if err != nil {
 			errs = append(errs, err)
@@ -226,8 +237,10 @@ func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, dea
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		for _, c := range conns {
-			c.Close()
+		for _, cs := range conns {
+			for _, c := range cs {
+				c.Close()
+			}
 		}
 		return nil, errors.Join(errs...)
 	}

@@ -9,7 +9,6 @@ package config
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -38,16 +37,24 @@ var Vars = []Var{
 		"Tuner's latency per step between ranks of one node (alpha). Only the choice of algorithm depends on it."},
 	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
 		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
-	{"GOHCCL_INTER_LATENCY", "microseconds", "20",
-		"Tuner's latency per step between nodes."},
-	{"GOHCCL_INTER_BW", "GB/s (decimal)", "1.25",
-		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
+	{"GOHCCL_INTER_LATENCY", "microseconds", "",
+		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
+	{"GOHCCL_INTER_BW", "GB/s (decimal)", "",
+		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once for one round, and if the pairs together carry under 80% of that many links, the ranks of a node are priced as sharing one (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
+	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
+		"Most payload bytes a rank holds, per peer connected over TCP, of frames that arrived before their receive was posted. Past it the rank stops reading that connection until the receive is posted, so the peer's sends wait (TCP flow control): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
+	{"GOHCCL_NSOCKS", "auto | 1-8", "auto",
+		"TCP connections per pair of ranks on different hosts; a large frame (128 KiB and up) is cut into parts sent over all of them at once. auto: half the cores each rank of the host can have (GOMAXPROCS over the ranks on the host), at least 1 and at most 4, since each connection's kernel copies take a core at full speed. The ranks connecting decide (the higher rank of each pair), so values may differ across ranks. Peers on the same host that use shared memory always get one."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
 		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
+		"Flight recorder: how many of its latest collectives and sends/receives each communicator keeps (sequence number, kind, dtype, count, root or peer, schedule, times, state, peers awaited; docs/trace.md). Fixed memory, 136 bytes an entry; recording allocates nothing. 0 turns the recorder off. At most 1048576."},
+	{"GOHCCL_TRACE_DIR", "directory", "",
+		"Where each rank writes its flight record (one JSON file per rank and group) when a collective times out, ranks mismatch or a peer is lost, and on SIGUSR1. Empty: no automatic dumps and no signal handler; `gohccl.dump_trace(dir)` still works. Analyse with `python -m gohccl.trace DIR`."},
 	{"GOHCCL_ACL_LIBRARY", "path", "",
 		"The Ascend runtime (libascendcl.so) gohccl loads when a call first passes ACL device memory (docs/devices.md). Empty: the copy already loaded in the process (by torch_npu), else `libascendcl.so` on the loader's path, else /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so. A process that passes only host memory never loads it."},
 	{"GOHCCL_CUDA_LIBRARY", "path", "",
@@ -76,6 +83,12 @@ type Config struct {
 	Algo string
 	// Transport is "auto", "tcp" or "shm" (GOHCCL_TRANSPORT).
 	Transport string
+	// EarlyBytes bounds, per TCP peer, the bytes of frames held before their
+	// receive is posted (GOHCCL_EARLY_BYTES).
+	EarlyBytes int64
+	// NSocks is the number of TCP connections per remote peer
+	// (GOHCCL_NSOCKS); 0 means automatic.
+	NSocks int
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
@@ -85,13 +98,29 @@ type Config struct {
 	RanksPerNode int
 	// IntraLatency and InterLatency are the tuner's per-step latencies in
 	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
-	// second (GOHCCL_INTRA_LATENCY, ...).
+	// second (GOHCCL_INTRA_LATENCY, ...). An inter figure of 0 (unset) is
+	// measured at init (comm's probe of the inter-node link).
 	IntraLatency, IntraBW, InterLatency, InterBW float64
+	// TraceBuffer is the flight recorder's capacity in entries, 0 for none
+	// (GOHCCL_TRACE_BUFFER); TraceDir is where failures and SIGUSR1 dump it
+	// (GOHCCL_TRACE_DIR), empty for nowhere.
+	TraceBuffer int
+	TraceDir    string
 	// ACLLibrary and CUDALibrary, when set, are where the Ascend and CUDA
 	// runtimes are loaded from (GOHCCL_ACL_LIBRARY, GOHCCL_CUDA_LIBRARY);
 	// empty means the default search (docs/devices.md).
 	ACLLibrary, CUDALibrary string
 }
+
+// MaxNSocks bounds GOHCCL_NSOCKS (the TCP transport's MaxStripes).
+const MaxNSocks = 8
+
+// MinEarlyBytes is the smallest GOHCCL_EARLY_BYTES: a collective segment.
+const MinEarlyBytes = 1 << 20
+
+// MaxTraceBuffer bounds the flight recorder: a million entries (136 bytes
+// each) is 136 MiB per communicator, past any use a dump has.
+const MaxTraceBuffer = 1 << 20
 
 // MinBuffSize is the smallest scratch a communicator accepts.
 const MinBuffSize = 64 << 10
@@ -149,6 +178,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		scale float64
 	}{{"GOHCCL_INTRA_LATENCY", &c.IntraLatency, 1e-6}, {"GOHCCL_INTRA_BW", &c.IntraBW, 1e9},
 		{"GOHCCL_INTER_LATENCY", &c.InterLatency, 1e-6}, {"GOHCCL_INTER_BW", &c.InterBW, 1e9}} {
+		if get(f.name) == "" {
+			continue // measured at init (GOHCCL_INTER_*)
+		}
 		v, err := strconv.ParseFloat(get(f.name), 64)
 		if err != nil || v <= 0 || v > 1e9 {
 			return c, fmt.Errorf("%s=%q: want a positive number", f.name, get(f.name))
@@ -160,7 +192,22 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	default:
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
+	if c.TraceBuffer, err = strconv.Atoi(get("GOHCCL_TRACE_BUFFER")); err != nil {
+		return c, fmt.Errorf("GOHCCL_TRACE_BUFFER=%q: want a number of entries (0 turns the recorder off)", get("GOHCCL_TRACE_BUFFER"))
+	}
+	c.TraceDir = get("GOHCCL_TRACE_DIR")
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if v := strings.ToLower(get("GOHCCL_NSOCKS")); v != "auto" {
+		if c.NSocks, err = strconv.Atoi(v); err != nil || c.NSocks < 1 || c.NSocks > MaxNSocks {
+			return c, fmt.Errorf("GOHCCL_NSOCKS=%q: want auto or 1 to %d", v, MaxNSocks)
+		}
+	}
+	if c.EarlyBytes, err = ParseBytes(get("GOHCCL_EARLY_BYTES")); err != nil {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES: %v", err)
+	}
+	if c.EarlyBytes < MinEarlyBytes || c.EarlyBytes > 1<<40 {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES=%d: want between 1M and 1T", c.EarlyBytes)
+	}
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
 	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")
@@ -171,6 +218,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 func (c Config) Validate() error {
 	if c.BuffSize < MinBuffSize {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: below the minimum of %d bytes", c.BuffSize, MinBuffSize)
+	}
+	if c.TraceBuffer < 0 || c.TraceBuffer > MaxTraceBuffer {
+		return fmt.Errorf("GOHCCL_TRACE_BUFFER=%d: want 0 to %d entries", c.TraceBuffer, MaxTraceBuffer)
 	}
 	if c.BuffSize > 1<<40 {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above 1T", c.BuffSize)
@@ -203,16 +253,6 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return v * mult, nil
-}
-
-// Names returns every registered variable name, sorted.
-func Names() []string {
-	n := make([]string, len(Vars))
-	for i, v := range Vars {
-		n[i] = v.Name
-	}
-	sort.Strings(n)
-	return n
 }
 
 // Markdown renders the registry as the README's table.

@@ -79,6 +79,10 @@ func TestAlgoAndTopologyVariables(t *testing.T) {
 	assert.Equal(t, 12.5e9, c.InterBW)
 	assert.InDelta(t, 2e-6, c.IntraLatency, 1e-15)
 	assert.Equal(t, 0, Default().RanksPerNode)
+	// Unset, the inter-node figures are measured at init: 0 says so.
+	assert.Zero(t, Default().InterBW)
+	assert.Zero(t, Default().InterLatency)
+	assert.Zero(t, c.InterLatency)
 	for name, val := range map[string]string{"GOHCCL_ALGO": "level0:tree", "GOHCCL_RANKS_PER_NODE": "0",
 		"GOHCCL_INTER_BW": "fast", "GOHCCL_INTRA_LATENCY": "-1"} {
 		_, err := Load(env(map[string]string{name: val}))
@@ -96,4 +100,18 @@ func TestRuntimeLibraries(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "/opt/cuda/libcudart.so.12", c.CUDALibrary)
 	assert.Equal(t, "/x/libascendcl.so", c.ACLLibrary)
+}
+
+func TestTraceVariables(t *testing.T) {
+	c := Default()
+	assert.Equal(t, 2000, c.TraceBuffer)
+	assert.Empty(t, c.TraceDir)
+	c, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": "0", "GOHCCL_TRACE_DIR": "/tmp/x"}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.TraceBuffer)
+	assert.Equal(t, "/tmp/x", c.TraceDir)
+	for _, bad := range []string{"-1", "many", "2097152"} {
+		_, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": bad}))
+		assert.ErrorContains(t, err, "GOHCCL_TRACE_BUFFER", bad)
+	}
 }

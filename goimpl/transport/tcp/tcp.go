@@ -5,9 +5,10 @@
 // Each link sends on the caller's goroutine (one writev per frame, under the
 // link's lock) and receives on a goroutine of its own that reads headers and
 // reads payloads straight into posted receive buffers, or stashes them when
-// the receive is not posted yet. Because that goroutine always drains the
-// socket, a send never waits for the peer's program to reach its receive,
-// and a ring of ranks that all send before they receive cannot deadlock.
+// the receive is not posted yet, up to the matcher's early-frame limit per
+// peer (GOHCCL_EARLY_BYTES). Past it the goroutine stops reading until the
+// receive is posted, and TCP's own window holds the sender back: a peer
+// cannot grow this rank's memory without bound (docs/protocol.md, "Flow").
 package tcp
 
 import (
@@ -55,6 +56,10 @@ type hello struct {
 	Size     uint32
 	CommID   [16]byte
 	Token    [16]byte
+	// Stripe is this connection's index among the Stripes connections the
+	// connecting rank opens to the accepting one (stripe.go). A peer that
+	// predates striping sends 0 and 0: one connection.
+	Stripe, Stripes uint8
 }
 
 func (h *hello) encode(b []byte) {
@@ -66,6 +71,9 @@ func (h *hello) encode(b []byte) {
 	copy(b[24:40], h.CommID[:])
 	copy(b[40:56], h.Token[:])
 	clear(b[56:64])
+	if h.Stripes > 1 {
+		b[56], b[57] = h.Stripe, h.Stripes
+	}
 }
 
 // decodeHello parses a handshake without trusting any of it.
@@ -86,10 +94,14 @@ func decodeHello(b []byte) (hello, error) {
 	if h.Version != protoVersion {
 		return h, fmt.Errorf("handshake speaks protocol version %d, this library %d", h.Version, protoVersion)
 	}
-	for _, c := range b[56:64] {
+	for _, c := range b[58:64] {
 		if c != 0 {
 			return h, errors.New("handshake has reserved bytes set")
 		}
+	}
+	h.Stripe, h.Stripes = b[56], max(b[57], 1)
+	if h.Stripes > MaxStripes || h.Stripe >= h.Stripes {
+		return h, fmt.Errorf("handshake names stripe %d of %d (at most %d)", h.Stripe, h.Stripes, MaxStripes)
 	}
 	return h, nil
 }
@@ -144,14 +156,34 @@ type Logf func(format string, args ...any)
 // (ranks above rank) until deadline. A connection that fails its handshake
 // is logged and dropped; it never fails the bootstrap.
 func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int]*net.TCPConn, error) {
+	got, err := l.AcceptStriped(id, rank, peers, deadline, warn)
+	if err != nil {
+		return nil, err
+	}
+	one := make(map[int]*net.TCPConn, len(got))
+	for p, cs := range got {
+		one[p] = cs[0]
+		for _, c := range cs[1:] {
+			c.Close()
+		}
+	}
+	return one, nil
+}
+
+// AcceptStriped accepts every connection each rank in peers (ranks above
+// rank) opens: as many as its handshakes say (DialStripes), in stripe order.
+func (l *Listener) AcceptStriped(id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int][]*net.TCPConn, error) {
 	want := make(map[int]bool, len(peers))
 	for _, p := range peers {
 		want[p] = true
 	}
-	got := make(map[int]*net.TCPConn, len(peers))
+	got := make(map[int][]*net.TCPConn, len(peers))
+	have := make(map[int]int, len(peers)) // stripes in got[p]
+	complete := 0
 	type result struct {
-		from int
-		conn *net.TCPConn
+		from            int
+		stripe, stripes int
+		conn            *net.TCPConn
 	}
 	results := make(chan result)
 	stop := make(chan struct{})
@@ -196,7 +228,7 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				from, err := serverHandshake(c, id, rank, deadline)
+				h, err := serverHandshake(c, id, rank, deadline)
 				pmu.Lock()
 				delete(pending, c)
 				pmu.Unlock()
@@ -206,7 +238,7 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 					return
 				}
 				select {
-				case results <- result{from, c}:
+				case results <- result{int(h.From), int(h.Stripe), int(h.Stripes), c}:
 				case <-stop:
 					c.Close()
 				}
@@ -216,23 +248,33 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 	l.ln.SetDeadline(deadline)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	for len(got) < len(want) {
+	for complete < len(want) {
 		select {
 		case r := <-results:
-			if !want[r.from] || got[r.from] != nil {
-				warn("dropped a second connection claiming to be rank %d", r.from)
+			cs := got[r.from]
+			if cs == nil && want[r.from] {
+				cs = make([]*net.TCPConn, r.stripes)
+				got[r.from] = cs
+			}
+			if cs == nil || len(cs) != r.stripes || cs[r.stripe] != nil {
+				warn("dropped a second connection claiming to be rank %d (stripe %d of %d)", r.from, r.stripe, r.stripes)
 				r.conn.Close()
 				continue
 			}
-			got[r.from] = r.conn
-		case <-timer.C:
-			for _, c := range got {
-				c.Close()
+			cs[r.stripe] = r.conn
+			if have[r.from]++; have[r.from] == len(cs) {
+				complete++
 			}
+		case <-timer.C:
 			var missing []int
 			for _, p := range peers {
-				if got[p] == nil {
+				if got[p] == nil || have[p] < len(got[p]) {
 					missing = append(missing, p)
+				}
+				for _, c := range got[p] {
+					if c != nil {
+						c.Close()
+					}
 				}
 			}
 			return nil, fmt.Errorf("%w: rank %d accepted no connection from ranks %v", transport.ErrTimeout, rank, missing)
@@ -241,7 +283,7 @@ func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline tim
 	return got, nil
 }
 
-func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time) (int, error) {
+func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time) (hello, error) {
 	d := time.Now().Add(handshakeTimeout)
 	if deadline.Before(d) {
 		d = deadline
@@ -249,31 +291,35 @@ func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time)
 	c.SetDeadline(d)
 	var b [helloSize]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
-		return -1, fmt.Errorf("reading handshake: %w", err)
+		return hello{}, fmt.Errorf("reading handshake: %w", err)
 	}
 	h, err := decodeHello(b[:])
 	if err == nil {
 		err = h.verify(id, rank)
 	}
 	if err != nil {
-		return -1, err
+		return hello{}, err
 	}
 	var a [ackSize]byte
 	copy(a[:8], ackMagic[:])
 	binary.LittleEndian.PutUint32(a[12:], uint32(rank))
 	if _, err := c.Write(a[:]); err != nil {
-		return -1, fmt.Errorf("answering handshake of rank %d: %w", h.From, err)
+		return hello{}, fmt.Errorf("answering handshake of rank %d: %w", h.From, err)
 	}
 	c.SetDeadline(time.Time{})
-	return int(h.From), nil
+	return h, nil
 }
 
 // Dial connects rank from to rank to at addr and performs the handshake,
 // retrying refused connections until deadline.
 func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCPConn, error) {
+	return dialStripe(addr, id, from, to, 0, 1, deadline)
+}
+
+func dialStripe(addr string, id *Identity, from, to, stripe, stripes int, deadline time.Time) (*net.TCPConn, error) {
 	backoff := 5 * time.Millisecond
 	for {
-		c, err := dialOnce(addr, id, from, to, deadline)
+		c, err := dialOnce(addr, id, from, to, stripe, stripes, deadline)
 		if err == nil {
 			return c, nil
 		}
@@ -288,7 +334,7 @@ func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCP
 	}
 }
 
-func dialOnce(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCPConn, error) {
+func dialOnce(addr string, id *Identity, from, to, stripe, stripes int, deadline time.Time) (*net.TCPConn, error) {
 	d := net.Dialer{Deadline: deadline}
 	nc, err := d.Dial("tcp", addr)
 	if err != nil {
@@ -297,7 +343,8 @@ func dialOnce(addr string, id *Identity, from, to int, deadline time.Time) (*net
 	c := nc.(*net.TCPConn)
 	c.SetDeadline(deadline)
 	var b [helloSize]byte
-	h := hello{Version: protoVersion, From: uint32(from), To: uint32(to), Size: uint32(id.Size), CommID: id.CommID, Token: id.Token}
+	h := hello{Version: protoVersion, From: uint32(from), To: uint32(to), Size: uint32(id.Size), CommID: id.CommID, Token: id.Token,
+		Stripe: uint8(stripe), Stripes: uint8(stripes)}
 	h.encode(b[:])
 	if _, err := c.Write(b[:]); err != nil {
 		c.Close()
@@ -343,16 +390,23 @@ type Link struct {
 	wbuf    []byte
 	iov     net.Buffers
 	iovArr  [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
+
+	// st holds the extra connections of a striped link (stripe.go).
+	st stripeSet
 }
 
 // NewLink wraps an established connection to peer and starts its receive
 // side, which delivers into m.
 func NewLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
-	conn.SetNoDelay(true)
-	l := &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
-		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
+	l := newLink(conn, peer, m)
 	go l.receive()
 	return l
+}
+
+func newLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
+	conn.SetNoDelay(true)
+	return &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
+		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
 }
 
 // Class implements transport.Link.
@@ -370,6 +424,13 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 	}
 	l.conn.SetWriteDeadline(deadline)
 	h.Encode(l.wbuf)
+	k, first, base := l.st.split(len(payload))
+	if k > 1 {
+		// Parts 1..k-1 go out on the other stripes while this goroutine
+		// writes the header and part 0.
+		l.st.sendParts(payload, k, first, base, deadline)
+		payload = payload[:first]
+	}
 	var err error
 	var sent int64
 	if len(payload) <= smallFrame {
@@ -382,9 +443,17 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 		l.iov = l.iovArr[:]
 		sent, err = l.iov.WriteTo(l.conn)
 	}
+	if k > 1 {
+		if serr := l.st.waitSent(k); serr != nil {
+			sent = 1 // some stripe may have stopped inside its part
+			if err == nil {
+				err = serr
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+			err = fmt.Errorf("%w: rank %d did not take the data in time (it stopped reading: stalled, or it holds GOHCCL_EARLY_BYTES of this rank's frames whose receives it has not posted)", transport.ErrTimeout, l.peer)
 		} else {
 			err = fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
 		}
@@ -403,12 +472,18 @@ func (l *Link) Close() error {
 		return nil
 	}
 	err := l.conn.Close()
+	l.st.closeConns()
+	l.matcher.Wake() // a receive side holding back an early frame returns
 	<-l.done
+	l.wmu.Lock()
+	l.st.stopWriters()
+	l.wmu.Unlock()
 	return err
 }
 
 func (l *Link) receive() {
 	defer close(l.done)
+	defer l.st.stopReaders()
 	br := bufio.NewReaderSize(l.conn, readBuffer)
 	var hb [transport.HeaderSize]byte
 	var h transport.Header
@@ -421,10 +496,10 @@ func (l *Link) receive() {
 			l.lost(fmt.Errorf("%w: %v", transport.ErrProtocol, err))
 			return
 		}
-		dst, r, discard := l.matcher.Arrive(l.peer, &h)
+		dst, r, discard := l.matcher.ArriveBounded(l.peer, &h, l.closed.Load)
 		switch {
 		case r != nil:
-			_, err := io.ReadFull(br, dst)
+			err := l.readPayload(br, dst)
 			if err != nil {
 				l.matcher.Complete(r, l.lostErr(err))
 				l.lost(err)
@@ -432,13 +507,13 @@ func (l *Link) receive() {
 			}
 			l.matcher.Complete(r, nil)
 		case discard:
-			if _, err := br.Discard(int(h.Len)); err != nil {
+			if err := l.discardPayload(br, int(h.Len)); err != nil {
 				l.lost(err)
 				return
 			}
 		default:
 			buf := l.matcher.StashBuffer(int(h.Len))
-			if _, err := io.ReadFull(br, buf); err != nil {
+			if err := l.readPayload(br, buf); err != nil {
 				l.lost(err)
 				return
 			}
@@ -469,6 +544,7 @@ func (l *Link) lost(err error) {
 		l.matcher.Fail(l.peer, l.lostErr(err))
 	}
 	l.conn.Close()
+	l.st.closeConns()
 }
 
 // OnLost hands the end of the connection to f rather than failing the
