@@ -51,7 +51,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-QUICK = dict(runs=3, warmup=3, steps=12)
+QUICK = dict(runs=3, warmup=2, steps=8)
 LONG = dict(runs=5, warmup=20, steps=300)
 
 
