@@ -13,10 +13,11 @@ gohccl (multiprocessing must use the "spawn" start method).
 import torch.distributed as _dist
 
 from gohccl import _C
+from gohccl.trace import dump_trace  # the flight recorder (docs/trace.md)
 
 __version__ = _C.version()
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "dump_trace"]
 
 # The creator receives (store, group rank, group size, timeout): the form
 # without extended_api. Registering again, as a re-import would, just
