@@ -13,11 +13,18 @@ gohccl (multiprocessing must use the "spawn" start method).
 import torch.distributed as _dist
 
 from gohccl import _C
-from gohccl.trace import dump_trace  # the flight recorder (docs/trace.md)
 
 __version__ = _C.version()
 
 __all__ = ["__version__", "dump_trace"]
+
+
+def dump_trace(dir=None):
+    """Write the flight record of every gohccl communicator of this process
+    into dir (default: GOHCCL_TRACE_DIR) and return the paths; see
+    gohccl.trace.dump_trace and docs/trace.md."""
+    from gohccl import trace  # not at import: `python -m gohccl.trace` runs it as __main__
+    return trace.dump_trace(dir)
 
 # The creator receives (store, group rank, group size, timeout): the form
 # without extended_api. Registering again, as a re-import would, just

@@ -134,6 +134,9 @@ def analyse(dumps: dict[int, dict]) -> dict:
     for s in range(lo, hi + 1):
         present = {r: c[s] for r, c in colls.items() if s in c}
         absent = [r for r in colls if s not in colls[r] and s > last[r]]
+        # A refused entry is what a rank issued after the group had already
+        # failed: it counts for what the rank meant, not as an arrival.
+        late = sorted(r for r, e in present.items() if e.get("state") == "refused")
         by_sig = defaultdict(list)
         for r, e in present.items():
             by_sig[_signature(e)].append(r)
@@ -147,12 +150,18 @@ def analyse(dumps: dict[int, dict]) -> dict:
             if absent:
                 details.append(f"{_ranks(absent, host_of)} never reached #{s}")
             break
-        if absent:
-            out.update(seq=s, kind="never_arrived", ranks=sorted(absent))
+        if absent or late:
+            out.update(seq=s, kind="never_arrived", ranks=sorted(absent + late))
+            began = [r for r in present if r not in late]
             e = next(iter(present.values()), None)
             what = f" ({describe(e)})" if e else ""
-            verdict = (f"{_ranks(absent, host_of)} never arrived at collective #{s}{what}; "
-                       f"{_ranks(present, host_of)} began it")
+            verdict = (f"{_ranks(absent + late, host_of)} never arrived at collective #{s}{what}; "
+                       + (f"{_ranks(began, host_of)} began it" if began else "no rank began it"))
+            first = min((present[r]["start_ns"] for r in began), default=None)
+            for r in late:
+                after = (f", {(present[r]['start_ns'] - first) / 1e9:.1f} s after the first rank began it"
+                         if first is not None else "")
+                details.append(f"rank {r} issued it only after the group had failed{after}")
             for r in sorted(absent):
                 prev = colls[r].get(last[r])
                 where = (f"#{last[r]} {describe(prev)}, {prev['state']}" if prev
