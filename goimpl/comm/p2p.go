@@ -68,6 +68,7 @@ func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType,
 		return err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	h := p2pHeader(tag, count, dt)
@@ -99,6 +100,7 @@ func (c *Comm) PostRecv(peer int, tag int64, buf []byte, count int, dt reduce.DT
 		return nil, err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	r := c.p2p.pool.Get().(*RecvRequest)
