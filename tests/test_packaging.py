@@ -228,7 +228,8 @@ def test_wheel_installs_without_go(tmp_path):
         names = z.namelist()
         meta = z.read("gohccl-0.1.0.dist-info/METADATA").decode()
         eps = z.read("gohccl-0.1.0.dist-info/entry_points.txt").decode()
-    for want in ("gohccl/lib/libgohccl.so", "gohccl/__init__.py", "gohccl/info.py", "gohccl/sim.py"):
+    for want in ("gohccl/lib/libgohccl.so", "gohccl/__init__.py", "gohccl/info.py", "gohccl/sim.py",
+                 "gohccl/bench/__init__.py", "gohccl/trace.py"):
         assert want in names
     assert any(n.startswith("gohccl/_C.") and n.endswith(".so") for n in names)
     major, minor = torch.__version__.split(".")[:2]
