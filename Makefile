@@ -76,6 +76,7 @@ test: go-vet go-test capi-test py-test
 # `pip wheel` here, then installed into a fresh venv that has this torch and
 # no Go on PATH, and used from torchrun without `import gohccl`, plus
 # `python -m gohccl.info` and `python -m gohccl.sim`. tests/test_packaging.py.
+# GOHCCL_WHEEL=path/to.whl checks a wheel built before instead.
 wheel-check: $(VENV)/.deps
 	GOHCCL_WHEEL_CHECK=1 $(PY) -m pytest tests/test_packaging.py -q -k wheel
 
