@@ -16,7 +16,15 @@ from gohccl import _C
 
 __version__ = _C.version()
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "dump_trace"]
+
+
+def dump_trace(dir=None):
+    """Write the flight record of every gohccl communicator of this process
+    into dir (default: GOHCCL_TRACE_DIR) and return the paths; see
+    gohccl.trace.dump_trace and docs/trace.md."""
+    from gohccl import trace  # not at import: `python -m gohccl.trace` runs it as __main__
+    return trace.dump_trace(dir)
 
 
 def _register_backend():
