@@ -351,6 +351,34 @@ gohccl_status gohccl_run(gohccl_comm comm, gohccl_call* call, char* err,
 
 /* ---- end of device memory ---- */
 
+/* ---- tools: what `python -m gohccl.sim` and `python -m gohccl.info` run ----
+ * Strings returned through these are allocated by libgohccl (malloc) and
+ * released by the caller with gohccl_free. */
+#ifndef GOHCCL_TYPES_ONLY
+/* gohccl_free releases a string libgohccl returned. */
+void gohccl_free(void* p);
+
+/* gohccl_sim_main runs gohccl-sim's command line (goimpl/sim/cli) with the
+ * argc arguments argv (options only, no program name) and returns its exit
+ * status (0, or 2 for bad options). *out receives what it printed on
+ * standard output, *err what it printed on standard error. */
+int gohccl_sim_main(int argc, char** argv, char** out, char** err);
+
+/* gohccl_info_json returns a JSON object describing this process's view:
+ * versions (library, ABI, Go), the CPU (model, features), the reduce paths
+ * it runs and the one GOHCCL_SIMD picks, and every GOHCCL_* variable with
+ * its value, its source ("environment" or "default") and, for a value init
+ * would refuse, "error". */
+char* gohccl_info_json(void);
+
+/* gohccl_comm_info_json sets *out to a JSON object describing comm: rank,
+ * size, host, topology and nodes, the transport class to each rank, the
+ * reduce path, buffer and segment sizes, GOHCCL_ALGO, and the tuner's priced
+ * table for the tuned collectives at a few sizes. */
+gohccl_status gohccl_comm_info_json(gohccl_comm comm, char** out, char* err,
+                                    size_t err_len);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

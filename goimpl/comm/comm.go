@@ -134,7 +134,7 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 // nodes and sets up the tuner over the table, with what the ranks agreed of
 // their shared memory (facts; zero without any). An unknown algorithm or
 // malformed form fails the communicator's creation.
-func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
+func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) error {
 	spec, err := tune.ParseAlgo(c.cfg.Algo)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -143,21 +143,27 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 		return fmt.Errorf("%w: GOHCCL_SIMD: %v", ErrInvalid, err)
 	}
 	c.hosts = hosts
-	switch {
-	case c.cfg.RanksPerNode > 0:
-		c.topo = topo.Blocked(c.size, c.cfg.RanksPerNode)
-	case len(hosts) == c.size:
-		c.topo = topo.FromHosts(hosts)
-	default:
-		c.topo = topo.Blocked(c.size, c.size)
-	}
+	c.topo = nodesOf(c.cfg, c.size, hosts)
 	if l0, l1, err := c.topo.Levels(c.rank); err == nil {
 		c.x.Hier = algo.Hierarchy{Local: l0, Cross: l1, Order: c.topo.SliceOrder()}
 	}
 	m := tune.DefaultModel()
 	if c.cfg.IntraBW > 0 { // set by config.Load; a literal Config keeps the defaults
 		m.Intra = tune.Link{Latency: c.cfg.IntraLatency, Bandwidth: c.cfg.IntraBW}
-		m.Inter = tune.Link{Latency: c.cfg.InterLatency, Bandwidth: c.cfg.InterBW}
+	}
+	// The inter-node link: what the ranks agreed at bootstrap (measured,
+	// or rank 0's GOHCCL_INTER_*), else this rank's settings, else the
+	// defaults (a communicator without a store, or on one node).
+	switch {
+	case inter.valid():
+		m.Inter, m.NodeBW = inter.link, inter.nodeBW
+	default:
+		if c.cfg.InterLatency > 0 {
+			m.Inter.Latency = c.cfg.InterLatency
+		}
+		if c.cfg.InterBW > 0 {
+			m.Inter.Bandwidth = c.cfg.InterBW
+		}
 	}
 	m.Segment = c.op.Segment
 	s := tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(), Consecutive: c.topo.Consecutive()}
@@ -184,8 +190,27 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 	if c.cfg.Debug >= config.Info {
 		c.tuner.Logf = c.log.Infof
 		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0)
+		if inter.valid() {
+			shared := "a link of its own per rank"
+			if m.NodeBW > 0 {
+				shared = fmt.Sprintf("%.3f GB/s per node, shared by its ranks", m.NodeBW/1e9)
+			}
+			c.log.Infof("inter-node link: latency %.1fus, bandwidth %.3f GB/s per rank, %s (%s)", m.Inter.Latency*1e6, m.Inter.Bandwidth/1e9, shared, inter.source)
+		}
 	}
 	return nil
+}
+
+// nodesOf groups the ranks into nodes: by GOHCCL_RANKS_PER_NODE when set,
+// else by host identity, else all on one.
+func nodesOf(cfg config.Config, size int, hosts []string) *topo.Topology {
+	switch {
+	case cfg.RanksPerNode > 0:
+		return topo.Blocked(size, cfg.RanksPerNode)
+	case len(hosts) == size:
+		return topo.FromHosts(hosts)
+	}
+	return topo.Blocked(size, size)
 }
 
 // FromMesh makes a communicator over an existing mesh (the in-process
@@ -201,7 +226,7 @@ func FromMesh(mesh *transport.Mesh, opt Options) (*Comm, error) {
 		opt.Timeout = 30 * time.Minute
 	}
 	c := newComm(mesh, opt, "inproc", NewLogger(opt.Config.Debug, opt.Rank, opt.Size))
-	if err := c.initTuning(opt.Hosts, meshFacts{}); err != nil {
+	if err := c.initTuning(opt.Hosts, meshFacts{}, interLink{}); err != nil {
 		return nil, err
 	}
 	return c, nil

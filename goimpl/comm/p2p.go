@@ -57,7 +57,9 @@ func (c *Comm) checkPeer(what string, peer int, allowAny bool) error {
 }
 
 // Send sends count elements of buf to peer with tag. It returns once buf may
-// be reused and never waits for the matching receive to be posted.
+// be reused; it waits for the matching receive to be posted only when the
+// peer already holds GOHCCL_EARLY_BYTES of this rank's frames that no
+// receive asked for yet (docs/protocol.md, "Flow").
 func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType, timeout time.Duration) error {
 	if err := c.checkPeer("send destination", peer, false); err != nil {
 		return err

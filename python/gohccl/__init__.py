@@ -26,7 +26,16 @@ def dump_trace(dir=None):
     from gohccl import trace  # not at import: `python -m gohccl.trace` runs it as __main__
     return trace.dump_trace(dir)
 
-# The creator receives (store, group rank, group size, timeout): the form
-# without extended_api. Registering again, as a re-import would, just
-# replaces the same entry.
-_dist.Backend.register_backend("gohccl", _C.create_backend, devices=["cpu"])
+
+def _register_backend():
+    """Registers "gohccl" with torch.distributed. It runs at import, and torch
+    calls it through the entry point of group `torch.distributed.backends`
+    (pyproject.toml) when init_process_group meets the name "gohccl" before
+    anyone imported gohccl."""
+    # The creator receives (store, group rank, group size, timeout): the form
+    # without extended_api. Registering again, as a re-import or the entry
+    # point does, just replaces the same entry.
+    _dist.Backend.register_backend("gohccl", _C.create_backend, devices=["cpu"])
+
+
+_register_backend()
