@@ -2,7 +2,8 @@
 ways (a rank skips a collective, a rank sleeps past the timeout, ranks issue
 different kinds), each rank's dump in GOHCCL_TRACE_DIR, and the analyser
 (`python -m gohccl.trace DIR`) naming the sequence number and the ranks at
-fault. Also a dump asked for from Python and by SIGUSR1.
+fault. Also a dump asked for from Python and by SIGUSR1. Every scenario runs
+in a group of its own (a failure breaks only its group) within one launch.
 
 Each worker counts the collectives it issues, so the sequence number the
 analyser must name is known independently of the dumps."""
@@ -17,7 +18,7 @@ import time
 
 import pytest
 
-from harness import launch
+from harness import launch_cached
 
 TIMEOUT = 120
 PG_TIMEOUT_S = 4.0  # the group timeout: every op's deadline
@@ -25,12 +26,24 @@ pytestmark = pytest.mark.timeout(TIMEOUT + 60)
 WORLD = 3
 
 
-def _all_reduce(n, counter):
+def _group(name, base, timeout_s):
+    """A new group of every rank whose communicator dumps into base/name
+    (GOHCCL_TRACE_DIR is read when the communicator is created)."""
+    import datetime
+    import torch.distributed as dist
+    os.environ["GOHCCL_TRACE_DIR"] = os.path.join(base, name)
+    try:
+        return dist.new_group(list(range(WORLD)), timeout=datetime.timedelta(seconds=timeout_s))
+    finally:
+        del os.environ["GOHCCL_TRACE_DIR"]
+
+
+def _all_reduce(n, counter, group):
     import torch
     import torch.distributed as dist
     t = torch.ones(n)
     counter.append(n)
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
     return t
 
 
@@ -42,58 +55,106 @@ def _attempt(fn):
         return f"{type(exc).__name__}: {exc}"
 
 
-def job_skip(ctx):
-    """Ranks 0 and 1 run a 5-element all-reduce that rank 2 skips; rank 2's
-    next, a 7-element one, meets theirs."""
+def scenario_requested(ctx, base, seen):
+    """A healthy group: a dump from gohccl.dump_trace and one by SIGUSR1."""
+    import torch
+    import torch.distributed as dist
+    import gohccl
+    g = _group("signal", base, 60.0)
     issued = []
-    _all_reduce(8, issued)
-    bad_seq = len(issued) + 1
-    err = None
-    if ctx.rank != 2:
-        err = _attempt(lambda: _all_reduce(5, issued))
-    if err is None:
-        err = _attempt(lambda: _all_reduce(7, issued))
-    return {"bad_seq": bad_seq, "error": err}
+    _all_reduce(3, issued, g)
+    dist.broadcast(torch.arange(5.0), src=1, group=g)
+    paths = gohccl.dump_trace(os.path.join(base, "asked")) if ctx.rank == 0 else []
+    signal_dump = None
+    if ctx.rank == 1:
+        trace_dir = os.path.join(base, "signal")
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (signal_dump and seen):
+            time.sleep(0.05)
+            found = [f for f in os.listdir(trace_dir) if f.startswith("gohccl_trace_")] \
+                if os.path.isdir(trace_dir) else []
+            signal_dump = os.path.join(trace_dir, found[0]) if found else None
+    dist.barrier(group=g)
+    return {"paths": paths, "signal_dump": signal_dump, "python_handler_ran": bool(seen)}
 
 
-def job_sleep(ctx):
-    """Rank 2 sleeps past the group timeout before the second all-reduce."""
-    issued = []
-    _all_reduce(8, issued)
-    bad_seq = len(issued) + 1
-    if ctx.rank == 2:
-        time.sleep(PG_TIMEOUT_S + 2.0)
-    err = _attempt(lambda: _all_reduce(6, issued))
-    return {"bad_seq": bad_seq, "error": err}
-
-
-def job_kinds(ctx):
+def scenario_kinds(ctx, base):
     """As its second collective rank 2 broadcasts while the others all-reduce."""
     import torch
     import torch.distributed as dist
+    g = _group("kinds", base, PG_TIMEOUT_S)
     issued = []
-    _all_reduce(8, issued)
+    _all_reduce(8, issued, g)
     bad_seq = len(issued) + 1
     if ctx.rank == 2:
-        err = _attempt(lambda: dist.broadcast(torch.ones(4), src=0))
+        err = _attempt(lambda: dist.broadcast(torch.ones(4), src=0, group=g))
     else:
-        err = _attempt(lambda: _all_reduce(4, issued))
+        err = _attempt(lambda: _all_reduce(4, issued, g))
     return {"bad_seq": bad_seq, "error": err}
 
 
-def _run(job, tmp_path):
-    trace_dir = str(tmp_path / "trace")
-    results = launch(job, WORLD, "gohccl", timeout=TIMEOUT, pg_timeout=PG_TIMEOUT_S,
-                     env={"GOHCCL_TRACE_DIR": trace_dir})
-    return trace_dir, results
+def scenario_skip(ctx, base):
+    """Ranks 0 and 1 run a 5-element all-reduce that rank 2 skips; rank 2's
+    next, a 7-element one, meets theirs."""
+    g = _group("skip", base, PG_TIMEOUT_S)
+    issued = []
+    _all_reduce(8, issued, g)
+    bad_seq = len(issued) + 1
+    err = None
+    if ctx.rank != 2:
+        err = _attempt(lambda: _all_reduce(5, issued, g))
+    if err is None:
+        err = _attempt(lambda: _all_reduce(7, issued, g))
+    return {"bad_seq": bad_seq, "error": err}
 
 
-def _analyse(trace_dir):
-    proc = subprocess.run([sys.executable, "-m", "gohccl.trace", trace_dir, "--json"],
+def scenario_sleep(ctx, base):
+    """Rank 2 sleeps past the group timeout before the second all-reduce."""
+    g = _group("sleep", base, PG_TIMEOUT_S)
+    issued = []
+    _all_reduce(8, issued, g)
+    bad_seq = len(issued) + 1
+    if ctx.rank == 2:
+        time.sleep(PG_TIMEOUT_S + 2.0)
+    err = _attempt(lambda: _all_reduce(6, issued, g))
+    return {"bad_seq": bad_seq, "error": err}
+
+
+def job(ctx, base):
+    """Every scenario, each in a group of its own (a failure breaks only its
+    group), in one launch: the sleeper last, so that no rank waits on it."""
+    seen = []
+    # Installed before any communicator with GOHCCL_TRACE_DIR exists: the
+    # library's SIGUSR1 handler must chain to it.
+    signal.signal(signal.SIGUSR1, lambda *_: seen.append(True))
+    return {"requested": scenario_requested(ctx, base, seen), "kinds": scenario_kinds(ctx, base),
+            "skip": scenario_skip(ctx, base), "sleep": scenario_sleep(ctx, base)}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("trace"))
+
+
+def _run(base, scenario):
+    results = launch_cached("trace", job, WORLD, "gohccl", args=(base,), timeout=TIMEOUT)
+    return os.path.join(base, scenario), [r[scenario] for r in results]
+
+
+# The analyser imports nothing of gohccl's but itself: run as a script it
+# skips the package's import of torch (seconds on a loaded machine).
+# test_skipped_collective and test_analyser_without_dumps run it as users do.
+ANALYSER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "python", "gohccl", "trace.py")
+
+
+def _analyse(trace_dir, as_module=False):
+    cmd = [sys.executable, "-m", "gohccl.trace"] if as_module else [sys.executable, ANALYSER]
+    proc = subprocess.run([sys.executable, ANALYSER, trace_dir, "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    text = subprocess.run([sys.executable, "-m", "gohccl.trace", trace_dir],
-                          capture_output=True, text=True, timeout=60)
+    text = subprocess.run(cmd + [trace_dir], capture_output=True, text=True, timeout=60)
     assert text.returncode == 0, text.stderr
     results = json.loads(proc.stdout)
     assert len(results) == 1, f"expected one group's dumps: {results}"
@@ -111,14 +172,14 @@ def _dumps(trace_dir):
     return dumps
 
 
-def test_skipped_collective(tmp_path):
-    trace_dir, results = _run(job_skip, tmp_path)
+def test_skipped_collective(base):
+    trace_dir, results = _run(base, "skip")
     bad = results[0]["bad_seq"]
     assert all(r["bad_seq"] == bad for r in results)
     assert all(r["error"] for r in results), results  # every rank failed
     dumps = _dumps(trace_dir)
     assert sorted(dumps) == [0, 1, 2]
-    res, text = _analyse(trace_dir)
+    res, text = _analyse(trace_dir, as_module=True)
     assert res["kind"] == "disagree", text
     assert res["seq"] == bad, text
     assert res["ranks"] == [2], text
@@ -126,8 +187,8 @@ def test_skipped_collective(tmp_path):
     assert "count 5" in text and "count 7" in text, text
 
 
-def test_rank_sleeps_past_timeout(tmp_path):
-    trace_dir, results = _run(job_sleep, tmp_path)
+def test_rank_sleeps_past_timeout(base):
+    trace_dir, results = _run(base, "sleep")
     bad = results[0]["bad_seq"]
     for r in (0, 1):
         assert results[r]["error"] and "#%d" % bad in results[r]["error"], results[r]
@@ -143,8 +204,8 @@ def test_rank_sleeps_past_timeout(tmp_path):
     assert f"never arrived at collective #{bad}" in text, text
 
 
-def test_different_kinds(tmp_path):
-    trace_dir, results = _run(job_kinds, tmp_path)
+def test_different_kinds(base):
+    trace_dir, results = _run(base, "kinds")
     bad = results[0]["bad_seq"]
     assert all(r["error"] for r in results), results
     res, text = _analyse(trace_dir)
@@ -154,43 +215,20 @@ def test_different_kinds(tmp_path):
     assert "broadcast" in text and "allreduce" in text, text
 
 
-def job_requested(ctx, out_dir):
-    """A healthy job: a dump from gohccl.dump_trace and one by SIGUSR1, with
-    a Python SIGUSR1 handler installed first that must still run."""
-    import torch
-    import torch.distributed as dist
-    import gohccl
-    seen = []
-    signal.signal(signal.SIGUSR1, lambda *_: seen.append(True))
-    ctx.init()
-    issued = []
-    _all_reduce(3, issued)
-    dist.broadcast(torch.arange(5.0), src=1)
-    paths = gohccl.dump_trace(out_dir) if ctx.rank == 0 else []
-    signal_dump = None
-    if ctx.rank == 1:
-        trace_dir = os.environ["GOHCCL_TRACE_DIR"]
-        os.kill(os.getpid(), signal.SIGUSR1)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (signal_dump and seen):
-            time.sleep(0.05)
-            found = [f for f in os.listdir(trace_dir) if f.startswith("gohccl_trace_")] \
-                if os.path.isdir(trace_dir) else []
-            signal_dump = os.path.join(trace_dir, found[0]) if found else None
-    dist.barrier()
-    return {"paths": paths, "signal_dump": signal_dump, "python_handler_ran": bool(seen),
-            "issued": len(issued)}
-
-
-def test_dump_requested_and_by_signal(tmp_path):
-    out_dir = str(tmp_path / "asked")
-    trace_dir = str(tmp_path / "signal")
-    results = launch(job_requested, WORLD, "gohccl", args=(out_dir,), init=False, timeout=TIMEOUT,
-                     env={"GOHCCL_TRACE_DIR": trace_dir})
+def test_dump_requested_and_by_signal(base):
+    _, results = _run(base, "requested")
+    asked = os.path.join(base, "asked")
     paths = results[0]["paths"]
-    assert len(paths) == 1 and paths[0].startswith(out_dir), paths
-    with open(paths[0]) as f:
-        d = json.load(f)
+    # Every live communicator of rank 0: the default group's and this one's.
+    assert len(paths) == 2 and all(p.startswith(asked) for p in paths), paths
+    dumps = []
+    for p in paths:
+        with open(p) as f:
+            dumps.append(json.load(f))
+    mine = [d for d in dumps if any(e["seq"] > 0 and e["kind"] == "allreduce" and e["count"] == 3
+                                    for e in d["entries"])]
+    assert len(mine) == 1, dumps
+    d = mine[0]
     assert d["rank"] == 0 and d["size"] == WORLD and d["reason"] == "request"
     colls = [e for e in d["entries"] if e["seq"] > 0]
     assert [(e["kind"], e["count"], e["state"]) for e in colls] == \

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gohccl.h"
 
@@ -304,6 +305,28 @@ static void* run_rank(void* p) {
   st = gohccl_barrier(comm, TIMEOUT_MS, err, sizeof(err));
   check(st == GOHCCL_OK, "size %d rank %d: barrier: status %d: %s", a->size,
         a->rank, st, err);
+
+  if (a->rank == 0) {
+    /* The flight record of every live communicator, this one among them. */
+    char dir[] = "/tmp/gohccl-abi-trace-XXXXXX";
+    char paths[4096] = "";
+    err[0] = '\0';
+    check(mkdtemp(dir) != NULL, "mkdtemp failed");
+    st = gohccl_trace_dump(dir, paths, sizeof(paths), err, sizeof(err));
+    check(st == GOHCCL_OK && strstr(paths, "_rank0_") != NULL && strstr(paths, dir) == paths,
+          "size %d: trace_dump: status %d, paths \"%s\": %s", a->size, st, paths, err);
+    FILE* f = fopen(strtok(paths, "\n"), "r");
+    char head[256] = "";
+    check(f != NULL && fread(head, 1, sizeof(head) - 1, f) > 0 && strstr(head, "\"version\": 1") != NULL,
+          "size %d: the dump does not start with its version: %s", a->size, head);
+    if (f != NULL) {
+      fclose(f);
+    }
+    for (char* path = paths; path != NULL && *path != '\0'; path = strtok(NULL, "\n")) {
+      unlink(path);
+    }
+    rmdir(dir);
+  }
 
   /* Last, since a failure may leave the communicator broken. */
   float x = 1.0f;
