@@ -169,6 +169,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
+	if loc != nil {
+		loc.engine.SetStop(c.engineStop)
+	}
 	hosts := make([]string, size)
 	for p := range peers {
 		hosts[p] = peers[p].Host

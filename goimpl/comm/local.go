@@ -37,7 +37,14 @@ type local struct {
 	figures    mesh.Figures
 	// chunk is the engine's bytes of message per chunk.
 	chunk int
+	// settlers are the shared-memory links from the other local ranks,
+	// which a collective lets deliver before it returns (Comm.settle).
+	settlers []settler
 }
+
+// settler is a link whose frames a collective waits to see compared
+// before it returns (transport/shm's Link.Settle).
+type settler interface{ Settle(budget time.Duration) }
 
 // ringBytes is the ring each directed pair of local ranks gets for the
 // shared-memory links: a quarter of GOHCCL_BUFFSIZE split among the pairs
@@ -171,6 +178,11 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	}
 	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers),
 		chunk: mesh.ChunkBytes(n, meshBudget(budget), mopt)}
+	for _, lk := range links {
+		if s, ok := lk.(settler); ok {
+			l.settlers = append(l.settlers, s)
+		}
+	}
 	if err := l.measure(store, prefix, rank, deadline); err != nil {
 		for _, lk := range links {
 			if lk != nil {

@@ -101,6 +101,9 @@ type Matcher struct {
 	closed   error
 	closedCh chan struct{}
 	pool     bufPool
+	// ops is this rank's own collectives as Begin announced them, for the
+	// comparisons of ops.go.
+	ops opLog
 }
 
 // NewMatcher returns the matcher of rank in a group of size ranks.
@@ -121,8 +124,11 @@ func (m *Matcher) Arrive(peer int, h *Header) (dst []byte, r *Recv, discard bool
 	if m.closed != nil {
 		return nil, nil, true
 	}
-	if h.Kind == KindAbort {
+	if h.Kind == KindAbort || h.Kind == KindAnnounce {
 		return nil, nil, false // its text is read into a stash buffer, see Stash
+	}
+	if m.compareArrival(peer, h) != nil {
+		return nil, nil, true
 	}
 	m.heardFrom(peer, h)
 	r, ok := m.matchArrival(peer, h)
@@ -237,6 +243,15 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 		cause := strings.ToValidUTF8(string(buf), "?")
 		m.pool.put(buf)
 		m.close(&PeerAbortError{Rank: peer, Cause: cause, Class: abortClassOf(h.Tag)})
+		return
+	}
+	if h.Kind == KindAnnounce {
+		m.pool.put(buf)
+		m.compareAnnounce(peer, h)
+		return
+	}
+	if m.compareArrival(peer, h) != nil {
+		m.pool.put(buf)
 		return
 	}
 	m.heardFrom(peer, h)
@@ -395,10 +410,20 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 	if d <= 0 {
 		return m.expire(r)
 	}
+	// A collective's receive wakes every watchEvery to run the watch
+	// (SetWatch), which announces the op to the peers.
+	watch, every := m.ops.watch, m.ops.watchEvery
+	if watch == nil || r.Want.Kind.IsP2P() {
+		every = 0
+	}
+	next := d
+	if every > 0 {
+		next = min(d, every)
+	}
 	if r.timer == nil {
-		r.timer = time.NewTimer(d)
+		r.timer = time.NewTimer(next)
 	} else {
-		r.timer.Reset(d)
+		r.timer.Reset(next)
 	}
 	for {
 		select {
@@ -411,6 +436,13 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 			r.timer.Stop()
 			return r.err
 		case <-r.timer.C:
+			if d := time.Until(deadline); every > 0 && d > 0 {
+				if err := watch(); err != nil {
+					return m.withdraw(r, err)
+				}
+				r.timer.Reset(min(d, every))
+				continue
+			}
 			return m.expire(r)
 		case <-m.closedCh:
 			r.timer.Stop()
