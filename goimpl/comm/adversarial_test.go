@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gohccl/gohccl/goimpl/config"
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
@@ -194,3 +195,138 @@ func TestMeshOpAgainstLinkOp(t *testing.T) {
 }
 
 var _ = time.Second
+
+// muteStore is a rank's view of the store that drops its writes of keys
+// containing mute: a rank that dies before publishing them.
+type muteStore struct {
+	rendezvous.Store
+	mute string
+}
+
+func (s muteStore) Set(key string, value []byte) error {
+	if strings.Contains(key, s.mute) {
+		return nil
+	}
+	return s.Store.Set(key, value)
+}
+
+// TestBootstrapMissingShmReport: rank 0 never publishes its shared-memory
+// report (it died there). The others must fail their bootstrap naming it,
+// not read the silence as "same host, no shared memory" and succeed over
+// TCP after the timeout.
+func TestBootstrapMissingShmReport(t *testing.T) {
+	const n = 3
+	store := rendezvous.NewMemStore()
+	errs := make([]error, n)
+	comms := make([]*Comm, n)
+	start := time.Now()
+	_ = reftest.OnRanks(n, func(r int) error {
+		var s rendezvous.Store = store
+		if r == 0 {
+			s = muteStore{store, "shm/"}
+		}
+		comms[r], errs[r] = New(s, Options{Rank: r, Size: n, Timeout: 2 * time.Second, Config: smallBuffers(), MasterAddr: "127.0.0.1"})
+		return nil
+	})
+	for _, c := range comms {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for r := 1; r < n; r++ {
+		require.Error(t, errs[r], "rank %d bootstrapped without rank 0's shared-memory report", r)
+		assert.ErrorIs(t, errs[r], ErrBootstrap)
+		assert.Contains(t, errs[r].Error(), "rank 0", "rank %d", r)
+	}
+	assert.Less(t, time.Since(start), 10*time.Second)
+}
+
+// TestBootstrapDeadPeerFailsFast: a rank that dies after the ranks
+// connected (its links close) fails the others' bootstrap within seconds,
+// not at the timeout, naming it.
+func TestBootstrapDeadPeerFailsFast(t *testing.T) {
+	const n = 3
+	store := rendezvous.NewMemStore()
+	errs := make([]error, n)
+	comms := make([]*Comm, n)
+	start := time.Now()
+	took := make([]time.Duration, n)
+	_ = reftest.OnRanks(n, func(r int) error {
+		var s rendezvous.Store = store
+		if r == 0 {
+			s = dyingStore{store, "shm/"}
+		}
+		comms[r], errs[r] = New(s, Options{Rank: r, Size: n, Timeout: 60 * time.Second, Config: smallBuffers(), MasterAddr: "127.0.0.1"})
+		took[r] = time.Since(start)
+		return nil
+	})
+	for _, c := range comms {
+		if c != nil {
+			c.Close()
+		}
+	}
+	for r := 1; r < n; r++ {
+		require.Error(t, errs[r], "rank %d", r)
+		assert.ErrorIs(t, errs[r], ErrBootstrap)
+		assert.Contains(t, errs[r].Error(), "rank 0", "rank %d", r)
+		assert.Less(t, took[r], 10*time.Second, "rank %d waited for a dead peer: %v", r, errs[r])
+	}
+}
+
+// dyingStore fails rank 0's bootstrap at its first write of a key
+// containing at, as if the process died there: the bootstrap then closes
+// its links, which is what the kernel does for a dead process.
+type dyingStore struct {
+	rendezvous.Store
+	at string
+}
+
+func (s dyingStore) Set(key string, value []byte) error {
+	if strings.Contains(key, s.at) {
+		return errors.New("this rank died")
+	}
+	return s.Store.Set(key, value)
+}
+
+// TestSettingsMustAgree: ranks whose GOHCCL_* settings that must agree
+// differ fail their bootstrap at once, naming the variable, each value and
+// the ranks that hold it.
+func TestSettingsMustAgree(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(c *config.Config)
+		want []string
+	}{
+		{"GOHCCL_BUFFSIZE", func(c *config.Config) { c.BuffSize *= 2 }, []string{"GOHCCL_BUFFSIZE", "ranks 0, 2", "rank 1"}},
+		{"GOHCCL_TRANSPORT", func(c *config.Config) { c.Transport = "tcp" }, []string{"GOHCCL_TRANSPORT", "tcp on rank 1", "auto on ranks 0, 2"}},
+		{"GOHCCL_ALGO", func(c *config.Config) { c.Algo = "ring" }, []string{"GOHCCL_ALGO", "ring on rank 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 3
+			store := rendezvous.NewMemStore()
+			errs := make([]error, n)
+			start := time.Now()
+			_ = reftest.OnRanks(n, func(r int) error {
+				cfg := smallBuffers()
+				cfg.Transport, cfg.Algo = "auto", "auto"
+				if r == 1 {
+					tc.set(&cfg)
+				}
+				c, err := New(store, Options{Rank: r, Size: n, Timeout: 30 * time.Second, Config: cfg, MasterAddr: "127.0.0.1"})
+				if c != nil {
+					c.Close()
+				}
+				errs[r] = err
+				return nil
+			})
+			for r, err := range errs {
+				require.Error(t, err, "rank %d", r)
+				assert.ErrorIs(t, err, ErrSettings, "rank %d", r)
+				for _, w := range tc.want {
+					assert.Contains(t, err.Error(), w, "rank %d", r)
+				}
+			}
+			assert.Less(t, time.Since(start), 10*time.Second)
+		})
+	}
+}

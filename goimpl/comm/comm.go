@@ -37,6 +37,10 @@ var (
 	ErrBroken = errors.New("communicator is broken by an earlier error")
 	// ErrBootstrap: the ranks could not find or connect to each other.
 	ErrBootstrap = errors.New("bootstrap failed")
+	// ErrSettings: the ranks' values of a GOHCCL_* variable that must be
+	// the same on every rank (config.SharedVars) differ; a bootstrap
+	// failure of the configuration's kind.
+	ErrSettings = errors.New("settings differ across ranks")
 )
 
 // maxSegment caps the streaming unit: reduce kernels run at memory speed
