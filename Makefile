@@ -4,10 +4,13 @@
 # build of libgohccl.so and the torch extension.
 
 PYTHON  ?= python3
-VENV    := .venv
+# VENV and TORCH can be set from the environment or the command line, e.g.
+# `TORCH=torch==2.15.0 make test` or `VENV=../venv-215 TORCH=torch==2.15.0 make test`
+# (supported: torch 2.14.x and 2.15.x; README, setup.py's TORCH_RANGE).
+VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
-TORCH   := torch==2.14.1
+TORCH   ?= torch==2.14.1
 GO      ?= go
 
 GO_SRC  := $(shell find goimpl capi -name '*.go' -o -name '*.s' -o -name '*.h' 2>/dev/null)
@@ -15,15 +18,27 @@ CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
 .PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi \
-	test-hosts bench-hosts
+	test-hosts bench-hosts bench-seed wheel-check bench-train FORCE
 
-# The Python environment: torch and the test tools. The stamp records the
-# requirement line, so changing it reinstalls.
-$(VENV)/.deps: requirements-dev.txt
+# The Python environment: torch and the test tools. $(VENV)/.torch holds the
+# torch requirement it was made with and is rewritten only when TORCH
+# changes, so a different TORCH reinstalls (and so rebuilds the extension).
+# A venv made before this stamp existed was made with the default: its stamp
+# is created no newer than .deps, so it rebuilds nothing.
+TORCH_STAMP := $(VENV)/.torch
+$(TORCH_STAMP): FORCE
+	@mkdir -p $(VENV)
+	@if [ ! -e $@ ] && [ -e $(VENV)/.deps ] && [ "$(TORCH)" = "torch==2.14.1" ]; then \
+		echo "$(TORCH)" > $@; touch -r $(VENV)/.deps $@; \
+	elif [ "$$(cat $@ 2>/dev/null)" != "$(TORCH)" ]; then echo "$(TORCH)" > $@; fi
+
+$(VENV)/.deps: requirements-dev.txt $(TORCH_STAMP)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q $(TORCH) -r requirements-dev.txt
+	$(PIP) install -q "$(TORCH)" -r requirements-dev.txt
 	touch $@
+
+FORCE:
 
 go.sum.stamp := $(VENV)/.gomod
 $(go.sum.stamp): go.mod go.sum | $(VENV)/.deps
@@ -57,11 +72,19 @@ capi-test: $(BUILT)
 
 test: go-vet go-test capi-test py-test
 
+# The package as a pip user gets it (slow: builds the wheel from scratch):
+# `pip wheel` here, then installed into a fresh venv that has this torch and
+# no Go on PATH, and used from torchrun without `import gohccl`, plus
+# `python -m gohccl.info` and `python -m gohccl.sim`. tests/test_packaging.py.
+wheel-check: $(VENV)/.deps
+	GOHCCL_WHEEL_CHECK=1 $(PY) -m pytest tests/test_packaging.py -q -k wheel
+
 demo: $(BUILT)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node 2 benchmarks/demo_ddp.py
 
 # Benchmarks (not part of `make test`): against Gloo in one torchrun job per
-# collective, and against Open MPI (the setup target installs it and mpi4py).
+# collective, and against Open MPI and MPICH (the setup target installs them
+# and mpi4py).
 bench-gloo: $(BUILT)
 	benchmarks/gloo.sh
 
@@ -71,6 +94,12 @@ bench-mpi-setup: $(BUILT)
 bench-mpi: $(BUILT)
 	benchmarks/mpi.sh -np 2
 
+# DDP training throughput, gohccl against Gloo alternating in one job, 2 and 4
+# ranks, a GPT-style LM and a CNN (benchmarks/train.py). The default is quick
+# (a few minutes); TRAIN_ARGS=--long runs several hundred steps per run.
+bench-train: $(BUILT)
+	$(PY) benchmarks/train.py $(TRAIN_ARGS)
+
 # Across emulated hosts (needs root; tests/netns.py, docs/hosts.md): the host
 # suite alone, and gohccl against Gloo at 2 hosts x 1 and x 2 ranks.
 # HOSTS_ARGS passes options, e.g. HOSTS_ARGS="--rate 1gbit -c all_reduce".
@@ -79,6 +108,12 @@ test-hosts: $(BUILT)
 
 bench-hosts: $(BUILT)
 	benchmarks/hosts.sh $(HOSTS_ARGS)
+
+# The seed's comparison (issue 17): all_reduce forced to each schedule and
+# automatic on 4 emulated hosts x 2 ranks, shaped links, beside gohccl-sim
+# with the link figures measured at init. SEED_ARGS, e.g. "--rate 200mbit".
+bench-seed: $(BUILT)
+	benchmarks/seed.sh $(SEED_ARGS)
 
 clean:
 	rm -rf build python/gohccl/lib python/gohccl/*.so $(BUILT)

@@ -1,23 +1,78 @@
 """Builds the gohccl Python package: libgohccl (Go, -buildmode=c-shared) and
 the torch extension gohccl._C that links it.
 
-    pip install --no-build-isolation -e .   # editable: libraries land in python/gohccl/
-    pip install --no-build-isolation .      # regular wheel
+    pip install .                           # into the environment that has torch
+    pip install -e .                        # editable: libraries land in python/gohccl/
+    pip wheel --no-deps -w dist .           # a wheel to install elsewhere (same torch minor)
 
-libgohccl.so is placed in gohccl/lib/ beside gohccl/_C*.so, which finds it
-through the rpath $ORIGIN/lib. Set GO to choose the go binary.
+The extension is compiled against the torch installed in the environment pip
+installs into (find_torch), whose version must be within TORCH_RANGE; the
+wheel then requires that torch minor release. libgohccl.so is placed in
+gohccl/lib/ beside gohccl/_C*.so, which finds it through the rpath
+$ORIGIN/lib. Building needs Go (set GO to choose the go binary); installing
+the wheel does not. Metadata, extras and the entry point: pyproject.toml.
 """
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 GO_LIB = "libgohccl.so"
+
+# TORCH_RANGE is the torch releases gohccl is built and tested against:
+# (major, minor) from the first to the last supported, inclusive. The README's
+# install section states the same range.
+TORCH_RANGE = ((2, 14), (2, 15))
+
+
+def find_torch():
+    """find_torch imports the torch the package will run with and returns its
+    version as (major, minor, text). pip builds in an isolated environment
+    that hides the target's site-packages; torch is found there by asking the
+    same interpreter in isolated mode (-I ignores pip's PYTHONPATH), and that
+    site directory is appended to sys.path for this build only."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-c",
+             "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"],
+            capture_output=True, text=True)
+        site = probe.stdout.strip()
+        if probe.returncode != 0 or not site:
+            sys.exit(
+                f"gohccl cannot be built: torch is not installed in this environment ({sys.executable}). "
+                f"Install torch {range_text()} first (pip install torch), then install gohccl."
+            )
+        sys.path.append(site)
+    import torch
+
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not TORCH_RANGE[0] <= version <= TORCH_RANGE[1]:
+        sys.exit(
+            f"gohccl cannot be built against torch {torch.__version__} ({os.path.dirname(torch.__file__)}): "
+            f"it supports torch {range_text()}. Install a supported torch, "
+            f"e.g. pip install 'torch>={TORCH_RANGE[0][0]}.{TORCH_RANGE[0][1]},"
+            f"<{TORCH_RANGE[1][0]}.{TORCH_RANGE[1][1] + 1}'."
+        )
+    return version[0], version[1], torch.__version__
+
+
+def range_text():
+    (a, b), (c, d) = TORCH_RANGE
+    return f"{a}.{b}.x to {c}.{d}.x"
+
+
+TORCH_MAJOR, TORCH_MINOR, TORCH_VERSION = find_torch()
+
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 
 class BuildGoAndExtension(BuildExtension):
@@ -65,13 +120,9 @@ def build_go_library(lib_dir):
 
 
 setup(
-    name="gohccl",
-    version="0.1.0",
-    description="HCCL-style collective communication in Go, as the torch.distributed backend 'gohccl'",
-    packages=["gohccl"],
-    package_dir={"": "python"},
-    python_requires=">=3.10",
-    install_requires=["torch"],
+    # The extension links against this torch's C++ ABI, so the package needs
+    # the same minor release at run time.
+    install_requires=[f"torch=={TORCH_MAJOR}.{TORCH_MINOR}.*"],
     ext_modules=[
         CppExtension(
             name="gohccl._C",
@@ -90,5 +141,4 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildGoAndExtension},
-    zip_safe=False,
 )

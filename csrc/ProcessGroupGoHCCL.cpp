@@ -1,6 +1,7 @@
-// ProcessGroupGoHCCL: argument checks, the Store bridge, and one body per
-// torch operation, each a call into libgohccl between copies in and out of
-// contiguous buffers. See ProcessGroupGoHCCL.hpp for the threading model.
+// ProcessGroupGoHCCL: the Store bridge, argument checks, and one body for
+// every torch operation: a Collective, whose Layouts say where torch's
+// tensors lie in the flat buffers of one gohccl_run call, packed before it
+// and unpacked after. See ProcessGroupGoHCCL.hpp for the threading model.
 #include "ProcessGroupGoHCCL.hpp"
 
 #include <unistd.h>
@@ -10,6 +11,9 @@
 #include <numeric>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 namespace gohccl {
@@ -164,57 +168,82 @@ int storeAdd(
 
 const gohccl_store_ops kStoreOps = {storeSet, storeGet, storeAdd};
 
-// ---- Tensors ----
+// ---- Element types ----
+//
+// kDtypes is every torch dtype the shim serves: the libgohccl element type
+// it travels as, and how many of those one torch element is (a complex
+// number travels as its real and imaginary parts). This is the C++ list of
+// dtypes; tests/test_dtypes.py checks it against Go's (reduce.DType, through
+// the C ABI) and Python's (gohccl.dtypes).
+constexpr DtypeInfo kDtypes[] = {
+    {at::kFloat, GOHCCL_FLOAT32, 1},
+    {at::kDouble, GOHCCL_FLOAT64, 1},
+    {at::kHalf, GOHCCL_FLOAT16, 1},
+    {at::kBFloat16, GOHCCL_BFLOAT16, 1},
+    {at::kChar, GOHCCL_INT8, 1},
+    {at::kByte, GOHCCL_UINT8, 1},
+    {at::kShort, GOHCCL_INT16, 1},
+    {at::kInt, GOHCCL_INT32, 1},
+    {at::kLong, GOHCCL_INT64, 1},
+    {at::kBool, GOHCCL_BOOL, 1},
+    {at::kComplexHalf, GOHCCL_FLOAT16, 2},
+    {at::kComplexFloat, GOHCCL_FLOAT32, 2},
+    {at::kComplexDouble, GOHCCL_FLOAT64, 2},
+};
 
-// goDtype maps a torch dtype onto libgohccl's element types. A complex tensor
-// travels as its real and imaginary parts (see countOf).
-gohccl_dtype goDtype(at::ScalarType st, const char* op, const std::string& role) {
-  switch (st) {
-    case at::kFloat:
-    case at::kComplexFloat:
-      return GOHCCL_FLOAT32;
-    case at::kDouble:
-    case at::kComplexDouble:
-      return GOHCCL_FLOAT64;
-    case at::kHalf:
-    case at::kComplexHalf:
-      return GOHCCL_FLOAT16;
-    case at::kBFloat16:
-      return GOHCCL_BFLOAT16;
-    case at::kChar:
-      return GOHCCL_INT8;
-    case at::kByte:
-      return GOHCCL_UINT8;
-    case at::kShort:
-      return GOHCCL_INT16;
-    case at::kInt:
-      return GOHCCL_INT32;
-    case at::kLong:
-      return GOHCCL_INT64;
-    case at::kBool:
-      return GOHCCL_BOOL;
-    default:
-      TORCH_CHECK_TYPE(
-          false,
-          "gohccl ",
-          op,
-          ": ",
-          role,
-          " has dtype ",
-          st,
-          ", which gohccl does not support; it supports float32, float64, "
-          "float16, bfloat16, int8, uint8, int16, int32, int64, bool and "
-          "complex tensors");
+const DtypeInfo* dtypeInfo(at::ScalarType st) {
+  for (const DtypeInfo& row : kDtypes) {
+    if (row.torch == st) {
+      return &row;
+    }
   }
+  return nullptr;
+}
+
+std::string servedDtypes() {
+  std::string names;
+  for (const DtypeInfo& row : kDtypes) {
+    names += (names.empty() ? "" : ", ");
+    names += c10::getDtypeNames(row.torch).first;
+  }
+  return names;
+}
+
+const DtypeInfo& dtypeOf(
+    at::ScalarType st,
+    const char* op,
+    const std::string& role) {
+  const DtypeInfo* row = dtypeInfo(st);
+  TORCH_CHECK_TYPE(
+      row != nullptr,
+      "gohccl ",
+      op,
+      ": ",
+      role,
+      " has dtype ",
+      st,
+      ", which gohccl does not support; it supports ",
+      servedDtypes());
+  return *row;
 }
 
 gohccl_dtype goDtype(const at::Tensor& t) {
-  return goDtype(t.scalar_type(), "", "");
+  return dtypeOf(t.scalar_type(), "", "").go;
 }
 
 // countOf is t's element count in libgohccl's units.
 uint64_t countOf(const at::Tensor& t) {
-  return static_cast<uint64_t>(t.numel()) * (t.is_complex() ? 2 : 1);
+  return static_cast<uint64_t>(t.numel()) *
+      dtypeOf(t.scalar_type(), "", "").lanes;
+}
+
+// ---- Argument checks ----
+
+// isServedDevice says the shim can hand t's memory to libgohccl: host
+// memory, or a CUDA or PrivateUse1 (Ascend NPU under torch_npu) device's,
+// which libgohccl stages.
+bool isServedDevice(const c10::Device& d) {
+  return d.is_cpu() || d.is_cuda() || d.is_privateuseone();
 }
 
 void checkTensor(const at::Tensor& t, const char* op, const std::string& role) {
@@ -230,15 +259,15 @@ void checkTensor(const at::Tensor& t, const char* op, const std::string& role) {
       t.is_nested() ? "nested" : c10::str(t.layout()),
       " tensor; gohccl serves dense (strided) tensors only");
   TORCH_CHECK_NOT_IMPLEMENTED(
-      t.device().is_cpu(),
+      isServedDevice(t.device()),
       "gohccl ",
       op,
       ": ",
       role,
       " is on device ",
       t.device(),
-      "; gohccl serves CPU tensors only for now");
-  goDtype(t.scalar_type(), op, role);
+      "; gohccl serves tensors on cpu, cuda and privateuseone (npu) devices");
+  dtypeOf(t.scalar_type(), op, role);
 }
 
 // checkLike checks that t is a tensor gohccl can serve with ref's dtype and
@@ -356,15 +385,6 @@ void checkNoList(
       " was given some");
 }
 
-// blockOffsets are the offsets of size blocks of n elements, back to back.
-std::vector<int64_t> blockOffsets(int size, int64_t n) {
-  std::vector<int64_t> offsets(size);
-  for (int i = 0; i < size; ++i) {
-    offsets[i] = i * n;
-  }
-  return offsets;
-}
-
 // checkRootTensor: with one tensor per process, the root's is tensor 0.
 void checkRootTensor(int64_t rootTensor, const char* op) {
   TORCH_CHECK_VALUE(
@@ -379,14 +399,6 @@ void checkRootTensor(int64_t rootTensor, const char* op) {
 // isDirect says libgohccl can use t's memory as it is.
 bool isDirect(const at::Tensor& t) {
   return t.is_contiguous() && !t.is_conj() && !t.is_neg();
-}
-
-// dense returns t, or a contiguous copy of its values when it is not direct.
-at::Tensor dense(const at::Tensor& t) {
-  if (isDirect(t)) {
-    return t;
-  }
-  return t.resolve_conj().resolve_neg().contiguous();
 }
 
 // scratchFor returns t, or an uninitialized contiguous tensor of its shape
@@ -404,45 +416,34 @@ void copyBack(const at::Tensor& dst, const at::Tensor& buf) {
   }
 }
 
-// offsetsOf lays ts out back to back; *total is the sum of their sizes.
-std::vector<int64_t> offsetsOf(const std::vector<at::Tensor>& ts, int64_t* total) {
-  std::vector<int64_t> offsets(ts.size());
-  int64_t off = 0;
-  for (size_t j = 0; j < ts.size(); ++j) {
-    offsets[j] = off;
-    off += ts[j].numel();
-  }
-  *total = off;
-  return offsets;
-}
+// ---- fork ----
 
-// pack copies ts into flat at base + offsets[j].
-void pack(
-    const at::Tensor& flat,
-    int64_t base,
-    const std::vector<at::Tensor>& ts,
-    const std::vector<int64_t>& offsets) {
-  for (size_t j = 0; j < ts.size(); ++j) {
-    flat.narrow(0, base + offsets[j], ts[j].numel())
-        .view(ts[j].sizes())
-        .copy_(ts[j]);
-  }
-}
+// kLoadedPid is the process that loaded the shim, and with it libgohccl and
+// the Go runtime, which starts its threads at load time.
+const pid_t kLoadedPid = getpid();
 
-// unpack copies flat at base + offsets[j] into ts.
-void unpack(
-    const at::Tensor& flat,
-    int64_t base,
-    const std::vector<at::Tensor>& ts,
-    const std::vector<int64_t>& offsets) {
-  for (size_t j = 0; j < ts.size(); ++j) {
-    ts[j].copy_(
-        flat.narrow(0, base + offsets[j], ts[j].numel()).view(ts[j].sizes()));
+// checkNotForked refuses to go on in a process forked from owner: the Go
+// runtime's threads do not survive fork(), so any call into libgohccl there
+// would hang.
+void checkNotForked(pid_t owner, const char* what) {
+  const pid_t self = getpid();
+  if (self == owner) {
+    return;
   }
-}
-
-at::Tensor flatLike(const at::Tensor& ref, int64_t n) {
-  return at::empty({n}, ref.options());
+  C10_THROW_ERROR(
+      DistBackendError,
+      c10::str(
+          "gohccl ",
+          what,
+          ": this process (pid ",
+          self,
+          ") was forked from pid ",
+          owner,
+          " after that one loaded gohccl. The Go runtime inside libgohccl "
+          "does not survive fork(), so a forked child can neither use a "
+          "gohccl process group it inherited nor create a new one; start "
+          "worker processes with the 'spawn' start method or torchrun "
+          "instead."));
 }
 
 // ---- Reduction operators ----
@@ -491,18 +492,9 @@ struct Reduction {
     }
   }
 
-  // input returns a direct buffer holding t's values, scaled for PREMUL_SUM.
-  // With mayModify false, t itself is never written.
-  at::Tensor input(const at::Tensor& t, bool mayModify) const {
-    at::Tensor buf = dense(t);
-    if (!premul) {
-      return buf;
-    }
-    if (mayModify || !buf.is_same(t)) {
-      scaleInPlace(buf);
-      return buf;
-    }
-    return tensorFactor.defined() ? buf.mul(tensorFactor) : buf.mul(factor);
+  // scaled returns a new tensor holding t's values times the factor.
+  at::Tensor scaled(const at::Tensor& t) const {
+    return tensorFactor.defined() ? t.mul(tensorFactor) : t.mul(factor);
   }
 };
 
@@ -609,7 +601,7 @@ void splitCounts(
     const char* role,
     std::vector<uint64_t>* counts,
     std::vector<uint64_t>* offsets) {
-  const uint64_t unit = t.is_complex() ? 2 : 1;
+  const uint64_t unit = dtypeOf(t.scalar_type(), op, role).lanes;
   counts->assign(size, 0);
   offsets->assign(size, 0);
   if (splits.empty()) {
@@ -685,7 +677,344 @@ void splitCounts(
       t.size(0));
 }
 
+// ---- Layouts: torch's tensors in libgohccl's flat buffers ----
+//
+// libgohccl reads one flat buffer and writes one (the same one, for the
+// operations that work in place). A Layout says where each of torch's
+// tensors lies in such a buffer, as pieces: elements [start, start + n) of
+// tensor i, in its own row-major order, at element `at` of the flat buffer.
+// Every collective describes its input and output this way, and the same
+// three functions move the data: read (pack the input), scratch (a buffer
+// for the output) and write (unpack the output). A layout of one whole
+// tensor whose memory libgohccl can use as it is costs no copy: the tensor
+// is the flat buffer.
+class Layout {
+ public:
+  Layout() = default;
+
+  // backToBack lays ts out one after the other, whole.
+  static Layout backToBack(std::vector<at::Tensor> ts) {
+    Layout l;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      l.pieces_.push_back({i, 0, ts[i].numel(), l.numel_});
+      l.numel_ += ts[i].numel();
+    }
+    l.tensors_ = std::move(ts);
+    return l;
+  }
+
+  // interleaved cuts each of ts into size equal blocks and lays out block r
+  // of every tensor, in order, before the blocks r+1: the layout of the
+  // coalesced single-tensor collectives, in which rank r's share of all the
+  // tensors is one contiguous block.
+  static Layout interleaved(std::vector<at::Tensor> ts, int size) {
+    Layout l;
+    int64_t total = 0;
+    for (const at::Tensor& t : ts) {
+      total += t.numel() / size;
+    }
+    for (int r = 0; r < size; ++r) {
+      int64_t at = r * total;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        const int64_t n = ts[i].numel() / size;
+        l.pieces_.push_back({i, r * n, n, at});
+        at += n;
+      }
+    }
+    l.numel_ = total * size;
+    l.tensors_ = std::move(ts);
+    return l;
+  }
+
+  // defined is false for the side of a call a rank has no buffer for (the
+  // input of scatter off the root, the output of gather).
+  bool defined() const {
+    return !tensors_.empty();
+  }
+  int64_t numel() const {
+    return numel_;
+  }
+  const std::vector<at::Tensor>& tensors() const {
+    return tensors_;
+  }
+  // offsets are the flat buffer's offsets of the tensors laid back to back.
+  std::vector<int64_t> offsets() const {
+    std::vector<int64_t> out;
+    for (const Piece& p : pieces_) {
+      out.push_back(p.at);
+    }
+    return out;
+  }
+
+  // read returns a flat buffer holding the tensors' values, scaled for
+  // PREMUL_SUM. With mayModify false no tensor of the layout is written.
+  at::Tensor read(const Reduction& red, bool mayModify) const {
+    if (direct()) {
+      const at::Tensor& t = tensors_[0];
+      if (!red.premul) {
+        return t;
+      }
+      if (mayModify) {
+        red.scaleInPlace(t);
+        return t;
+      }
+      return red.scaled(t);
+    }
+    at::Tensor flat = scratch();
+    if (single()) {
+      flat.copy_(tensors_[0]);
+    } else {
+      for (const Piece& p : pieces_) {
+        const at::Tensor& t = tensors_[p.tensor];
+        if (p.n == t.numel()) {
+          flat.narrow(0, p.at, p.n).view(t.sizes()).copy_(t);
+        } else {
+          flat.narrow(0, p.at, p.n).copy_(t.reshape({-1}).narrow(0, p.start, p.n));
+        }
+      }
+    }
+    red.scaleInPlace(flat);
+    return flat;
+  }
+
+  // scratch returns a flat buffer for the layout's values whose old
+  // contents do not matter: the tensor itself when the layout is direct.
+  at::Tensor scratch() const {
+    if (single()) {
+      return scratchFor(tensors_[0]);
+    }
+    return at::empty({numel_}, tensors_[0].options());
+  }
+
+  // write copies flat, a buffer from read or scratch, into the tensors.
+  void write(const at::Tensor& flat) const {
+    if (single()) {
+      copyBack(tensors_[0], flat);
+      return;
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const at::Tensor& t = tensors_[i];
+      at::Tensor buf;
+      for (const Piece& p : pieces_) {
+        if (p.tensor != i) {
+          continue;
+        }
+        if (p.n == t.numel()) {
+          t.copy_(flat.narrow(0, p.at, p.n).view(t.sizes()));
+          continue;
+        }
+        if (!buf.defined()) {
+          buf = scratchFor(t);
+        }
+        buf.view({-1}).narrow(0, p.start, p.n).copy_(flat.narrow(0, p.at, p.n));
+      }
+      if (buf.defined()) {
+        copyBack(t, buf);
+      }
+    }
+  }
+
+ private:
+  struct Piece {
+    size_t tensor;
+    int64_t start;
+    int64_t n;
+    int64_t at;
+  };
+
+  // single: the layout is one whole tensor, so its flat buffer can have the
+  // tensor's shape, and be the tensor itself when that is direct.
+  bool single() const {
+    return pieces_.size() == 1 && pieces_[0].n == tensors_[0].numel();
+  }
+  bool direct() const {
+    return single() && isDirect(tensors_[0]);
+  }
+
+  std::vector<at::Tensor> tensors_;
+  std::vector<Piece> pieces_;
+  int64_t numel_ = 0;
+};
+
+// ---- Where a call's memory lives ----
+
+// Place is where a call's tensors live: host memory, or one device and the
+// caller's current stream on it at issue time. Every copy of the call and
+// libgohccl's staging run on that stream, so the call sees the work queued
+// there before it, as a collective on NCCL's or Gloo's streams does.
+struct Place {
+  gohccl_memory memory = GOHCCL_MEMORY_HOST;
+  std::optional<c10::Stream> stream;
+};
+
+// placeOf checks that every tensor of the layouts is on one device and
+// returns its place. For a device it also records each tensor's memory as
+// in use on the caller's stream, so the caching allocator does not hand it
+// out again before the call's copies on that stream are done.
+Place placeOf(const std::vector<const Layout*>& layouts, const char* op) {
+  const at::Tensor* first = nullptr;
+  for (const Layout* l : layouts) {
+    for (const at::Tensor& t : l->tensors()) {
+      if (first == nullptr) {
+        first = &t;
+        continue;
+      }
+      TORCH_CHECK_VALUE(
+          t.device() == first->device(),
+          "gohccl ",
+          op,
+          ": its tensors are on ",
+          first->device(),
+          " and ",
+          t.device(),
+          "; all tensors of one call must be on one device");
+    }
+  }
+  Place place;
+  if (first == nullptr || first->device().is_cpu()) {
+    return place;
+  }
+  const c10::Device device = first->device();
+  place.memory =
+      device.is_cuda() ? GOHCCL_MEMORY_CUDA : GOHCCL_MEMORY_ACL;
+  const c10::impl::VirtualGuardImpl impl(device.type());
+  place.stream = impl.getStream(device);
+  for (const Layout* l : layouts) {
+    for (const at::Tensor& t : l->tensors()) {
+      impl.recordDataPtrOnStream(t.storage().data_ptr(), *place.stream);
+    }
+  }
+  return place;
+}
+
+// ---- One call of libgohccl ----
+
+bool worksInPlace(gohccl_call_kind kind) {
+  return kind == GOHCCL_CALL_ALLREDUCE || kind == GOHCCL_CALL_BROADCAST ||
+      kind == GOHCCL_CALL_REDUCE;
+}
+
+void* dataOf(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+
 } // namespace
+
+// Collective is one operation as libgohccl's gohccl_run takes it, with the
+// layouts of torch's tensors on either side. The operations that work in
+// place (all-reduce, broadcast, reduce) have an input only.
+struct Collective {
+  gohccl_call_kind kind = GOHCCL_CALL_BARRIER;
+  Layout in;
+  Layout out;
+  // readsIn: the input's values are sent (not so off the root of a
+  // broadcast, where the input is only written). writesIn: an in-place
+  // result is written back (not so on the root of a broadcast, or off the
+  // root of a reduce).
+  bool readsIn = true;
+  bool writesIn = true;
+  gohccl_dtype dtype = GOHCCL_FLOAT32;
+  // count is libgohccl's count: elements per rank, in its units.
+  uint64_t count = 0;
+  Reduction red;
+  int rank = 0;
+  int root = 0;
+  int peer = 0;
+  int64_t tag = 0;
+  std::vector<uint64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  Place place;
+
+  // make is a collective of kind moving perRank elements of ref's dtype
+  // per rank from in to out.
+  static Collective make(
+      gohccl_call_kind kind,
+      Layout in,
+      Layout out,
+      const at::Tensor& ref,
+      int64_t perRank) {
+    Collective c;
+    c.kind = kind;
+    c.in = std::move(in);
+    c.out = std::move(out);
+    const DtypeInfo& info = dtypeOf(ref.scalar_type(), "", "");
+    c.dtype = info.go;
+    c.count = static_cast<uint64_t>(perRank) * info.lanes;
+    return c;
+  }
+
+  // run packs the input, makes the call and unpacks the output. It returns
+  // the sender's rank for a receive, -1 otherwise.
+  int run(gohccl_comm comm, int64_t ms) const {
+    std::optional<c10::StreamGuard> onStream;
+    if (place.stream) {
+      onStream.emplace(*place.stream);
+    }
+    const bool inPlace = worksInPlace(kind);
+    at::Tensor src;
+    if (in.defined()) {
+      src = readsIn ? in.read(red, /*mayModify=*/inPlace && writesIn)
+                    : in.scratch();
+    }
+    at::Tensor dst = inPlace ? src : (out.defined() ? out.scratch() : at::Tensor());
+    if (!inPlace && src.defined() && dst.defined() && aliased(src, dst)) {
+      // The input would be overwritten while it is read (in-place
+      // all_to_all_single, say): send a copy of it.
+      src = src.clone();
+    }
+    gohccl_call call{};
+    call.kind = kind;
+    call.memory = place.memory;
+    call.device = place.stream ? place.stream->device_index() : 0;
+    call.stream = place.stream ? place.stream->native_handle() : nullptr;
+    call.sendbuf = inPlace ? nullptr : dataOf(src);
+    call.recvbuf = inPlace ? dataOf(src) : dataOf(dst);
+    call.count = count;
+    call.dtype = dtype;
+    call.op = red.op;
+    call.root = root;
+    call.peer = peer;
+    call.tag = tag;
+    if (kind == GOHCCL_CALL_ALLTOALLV) {
+      call.send_counts = sendCounts.data();
+      call.send_offsets = sendOffsets.data();
+      call.recv_counts = recvCounts.data();
+      call.recv_offsets = recvOffsets.data();
+    }
+    call.timeout_ms = ms;
+    goCall([&](char* e, size_t n) { return gohccl_run(comm, &call, e, n); });
+    if (inPlace) {
+      if (writesIn) {
+        in.write(src);
+      }
+    } else if (dst.defined()) {
+      out.write(dst);
+    }
+    if (place.stream) {
+      // The results are in the tensors once the work completes: the caller
+      // may read them on any stream, and the staged buffers are free.
+      c10::impl::VirtualGuardImpl(place.stream->device_type())
+          .synchronizeStream(*place.stream);
+    }
+    return kind == GOHCCL_CALL_RECV ? call.peer : -1;
+  }
+
+ private:
+  // aliased says src and dst share memory in a way libgohccl does not
+  // serve. The one sharing it serves is allgather's in-place form: the
+  // input is this rank's block of the output.
+  bool aliased(const at::Tensor& src, const at::Tensor& dst) const {
+    if (src.numel() == 0 || dst.numel() == 0 ||
+        at::get_overlap_status(src, dst) == at::MemOverlapStatus::No) {
+      return false;
+    }
+    if (kind == GOHCCL_CALL_ALLGATHER) {
+      const auto* base = static_cast<const char*>(dst.const_data_ptr());
+      return src.const_data_ptr() !=
+          base + static_cast<int64_t>(rank) * src.nbytes();
+    }
+    return true;
+  }
+};
 
 // ---- Construction and teardown ----
 
@@ -701,6 +1030,8 @@ ProcessGroupGoHCCL::ProcessGroupGoHCCL(
       errorState_(std::make_shared<std::atomic<int>>(
           static_cast<int>(c10d::ErrorType::SUCCESS))),
       closing_(std::make_shared<std::atomic<bool>>(false)) {
+  // Before any call into Go: in a forked child it would hang.
+  checkNotForked(kLoadedPid, "creating a process group");
   TORCH_CHECK_VALUE(store, "gohccl: the process group needs a store");
   const int abi = gohccl_abi_version();
   if (abi != GOHCCL_ABI_VERSION) {
@@ -876,6 +1207,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
     bool asyncOp,
     std::vector<at::Tensor> outputs,
     WorkGoHCCL::Body body) {
+  checkNotForked(ownerPid_, opName);
   const bool collective = lane == Lane::kCollective;
   WorkQueue& queue = collective ? *collectives_ : *sends_;
   c10::intrusive_ptr<WorkGoHCCL> work;
@@ -924,7 +1256,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postRecv(
   if (peer != GOHCCL_ANY_SOURCE) {
     checkPeer(peer, opName, "source");
   }
+  checkNotForked(ownerPid_, opName);
   const int64_t ms = timeoutMs(c10d::kUnsetTimeout);
+  if (!tensor.device().is_cpu()) {
+    return postDeviceRecv(opType, opName, tensor, peer, tag, ms);
+  }
   // The receive's buffer must exist now: libgohccl matches it at post time.
   at::Tensor buf = scratchFor(tensor);
   std::lock_guard<std::mutex> lock(issueMutex_);
@@ -976,7 +1312,71 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postRecv(
   return work;
 }
 
+// postDeviceRecv queues a receive into device memory. libgohccl stages it
+// with gohccl_run, which blocks until the message has arrived, so it is not
+// posted at issue time: it runs on the completion thread (or the thread that
+// waits for it first), and so is matched with the sends in the order the
+// receives run.
+c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postDeviceRecv(
+    c10d::OpType opType,
+    const char* opName,
+    at::Tensor& tensor,
+    int peer,
+    int tag,
+    int64_t ms) {
+  Collective c = Collective::make(
+      GOHCCL_CALL_RECV, Layout(), Layout::backToBack({tensor}), tensor, tensor.numel());
+  c.peer = peer;
+  c.tag = tag;
+  c.place = placeOf({&c.out}, opName);
+  std::lock_guard<std::mutex> lock(issueMutex_);
+  TORCH_CHECK(
+      !closed_,
+      "gohccl ",
+      opName,
+      ": the process group has been destroyed");
+  const uint64_t seq = ++p2pSeq_;
+  auto work = c10::make_intrusive<WorkGoHCCL>(
+      rank_,
+      opType,
+      c10::str(opName, " #", seq),
+      seq,
+      std::chrono::milliseconds(ms),
+      std::vector<at::Tensor>{tensor},
+      [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); },
+      /*waitRunsBody=*/true,
+      errorState_);
+  recvs_->push(work);
+  return work;
+}
+
+template <typename Opts>
+c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::submit(
+    c10d::OpType opType,
+    const char* opName,
+    const Opts& opts,
+    std::vector<at::Tensor> outputs,
+    Collective c) {
+  const int64_t ms = timeoutMs(opts.timeout);
+  c.rank = rank_;
+  c.place = placeOf({&c.in, &c.out}, opName);
+  const Lane lane =
+      c.kind == GOHCCL_CALL_SEND ? Lane::kSend : Lane::kCollective;
+  return enqueue(
+      lane,
+      opType,
+      opName,
+      std::chrono::milliseconds(ms),
+      opts.asyncOp,
+      std::move(outputs),
+      [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); });
+}
+
 // ---- Collectives ----
+//
+// Each method checks its arguments, says where its tensors lie in
+// libgohccl's buffers (Layout) and submits one Collective; Collective::run
+// is the one body they share.
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce(
     std::vector<at::Tensor>& tensors,
@@ -984,25 +1384,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce(
   constexpr const char* kOp = "allreduce";
   at::Tensor t = onlyTensor(tensors, kOp, "tensor");
   checkTensor(t, kOp, "tensor");
-  const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLREDUCE,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      tensors,
-      [comm = comm_, t, red, ms]() {
-        // The op overwrites t, so scaling it in place is allowed.
-        at::Tensor buf = red.input(t, /*mayModify=*/true);
-        goCall([&](char* e, size_t n) {
-          return gohccl_allreduce(
-              comm, buf.data_ptr(), countOf(buf), goDtype(buf), red.op, ms, e, n);
-        });
-        copyBack(t, buf);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLREDUCE, Layout::backToBack({t}), Layout(), t, t.numel());
+  c.red = reductionOf(opts.reduceOp, t.scalar_type(), kOp);
+  return submit(c10d::OpType::ALLREDUCE, kOp, opts, tensors, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce_coalesced(
@@ -1011,29 +1396,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allreduce_coalesced(
   constexpr const char* kOp = "allreduce_coalesced";
   TORCH_CHECK_VALUE(!tensors.empty(), "gohccl ", kOp, ": no tensors given");
   checkSameDtype(tensors, kOp, "tensor");
-  const Reduction red =
-      reductionOf(opts.reduceOp, tensors[0].scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLREDUCE_COALESCED,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      tensors,
-      [comm = comm_, tensors, red, ms]() {
-        int64_t total = 0;
-        const auto offsets = offsetsOf(tensors, &total);
-        at::Tensor flat = flatLike(tensors[0], total);
-        pack(flat, 0, tensors, offsets);
-        red.scaleInPlace(flat);
-        goCall([&](char* e, size_t n) {
-          return gohccl_allreduce(
-              comm, flat.data_ptr(), countOf(flat), goDtype(flat), red.op, ms, e, n);
-        });
-        unpack(flat, 0, tensors, offsets);
-        return -1;
-      });
+  Layout flat = Layout::backToBack(tensors);
+  const int64_t n = flat.numel();
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLREDUCE, std::move(flat), Layout(), tensors[0], n);
+  c.red = reductionOf(opts.reduceOp, tensors[0].scalar_type(), kOp);
+  return submit(
+      c10d::OpType::ALLREDUCE_COALESCED, kOp, opts, tensors, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::broadcast(
@@ -1044,27 +1413,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::broadcast(
   checkTensor(t, kOp, "tensor");
   checkRoot(opts.rootRank, kOp);
   checkRootTensor(opts.rootTensor, kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int root = static_cast<int>(opts.rootRank);
-  const bool isRoot = root == rank_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::BROADCAST,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      tensors,
-      [comm = comm_, t, root, isRoot, ms]() {
-        at::Tensor buf = isRoot ? dense(t) : scratchFor(t);
-        goCall([&](char* e, size_t n) {
-          return gohccl_broadcast(
-              comm, buf.data_ptr(), countOf(buf), goDtype(buf), root, ms, e, n);
-        });
-        if (!isRoot) {
-          copyBack(t, buf);
-        }
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_BROADCAST, Layout::backToBack({t}), Layout(), t, t.numel());
+  c.root = static_cast<int>(opts.rootRank);
+  c.readsIn = c.root == rank_;
+  c.writesIn = c.root != rank_;
+  return submit(c10d::OpType::BROADCAST, kOp, opts, tensors, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce(
@@ -1075,29 +1429,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce(
   checkTensor(t, kOp, "tensor");
   checkRoot(opts.rootRank, kOp);
   checkRootTensor(opts.rootTensor, kOp);
-  const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int root = static_cast<int>(opts.rootRank);
-  const bool isRoot = root == rank_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::REDUCE,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      tensors,
-      [comm = comm_, t, red, root, isRoot, ms]() {
-        // Only the root's tensor is an output; the others stay as they were.
-        at::Tensor buf = red.input(t, /*mayModify=*/isRoot);
-        goCall([&](char* e, size_t n) {
-          return gohccl_reduce(
-              comm, buf.data_ptr(), countOf(buf), goDtype(buf), red.op, root, ms, e, n);
-        });
-        if (isRoot) {
-          copyBack(t, buf);
-        }
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_REDUCE, Layout::backToBack({t}), Layout(), t, t.numel());
+  c.red = reductionOf(opts.reduceOp, t.scalar_type(), kOp);
+  c.root = static_cast<int>(opts.rootRank);
+  // Only the root's tensor is an output; the others stay as they were.
+  c.writesIn = c.root == rank_;
+  return submit(c10d::OpType::REDUCE, kOp, opts, tensors, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather(
@@ -1107,27 +1445,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather(
   constexpr const char* kOp = "allgather";
   at::Tensor in = onlyTensor(inputs, kOp, "input");
   checkTensor(in, kOp, "input");
-  const std::vector<at::Tensor> outs = rankList(outputs, in, size_, kOp, "output");
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLGATHER,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outs,
-      [comm = comm_, in, outs, size, ms]() {
-        at::Tensor src = dense(in);
-        const int64_t n = in.numel();
-        at::Tensor flat = flatLike(in, n * size);
-        goCall([&](char* e, size_t len) {
-          return gohccl_allgather(
-              comm, src.data_ptr(), flat.data_ptr(), countOf(src), goDtype(src), ms, e, len);
-        });
-        unpack(flat, 0, outs, blockOffsets(size, n));
-        return -1;
-      });
+  std::vector<at::Tensor> outs = rankList(outputs, in, size_, kOp, "output");
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLGATHER,
+      Layout::backToBack({in}),
+      Layout::backToBack(outs),
+      in,
+      in.numel());
+  return submit(c10d::OpType::ALLGATHER, kOp, opts, outs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single(
@@ -1137,24 +1462,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single(
   constexpr const char* kOp = "all_gather_into_tensor";
   checkTensor(input, kOp, "input");
   checkLike(output, input, input.numel() * size_, kOp, "output");
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::_ALLGATHER_BASE,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      {output},
-      [comm = comm_, in = input, out = output, ms]() {
-        at::Tensor src = dense(in);
-        at::Tensor dst = scratchFor(out);
-        goCall([&](char* e, size_t n) {
-          return gohccl_allgather(
-              comm, src.data_ptr(), dst.data_ptr(), countOf(src), goDtype(src), ms, e, n);
-        });
-        copyBack(out, dst);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLGATHER,
+      Layout::backToBack({input}),
+      Layout::backToBack({output}),
+      input,
+      input.numel());
+  return submit(
+      c10d::OpType::_ALLGATHER_BASE, kOp, opts, {output}, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather_coalesced(
@@ -1173,6 +1488,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather_coalesced(
       " output lists given, expected one per rank (",
       size_,
       ")");
+  // Rank r's inputs, back to back, are block r of the output.
   std::vector<at::Tensor> outs;
   for (int r = 0; r < size_; ++r) {
     TORCH_CHECK_VALUE(
@@ -1196,30 +1512,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::allgather_coalesced(
       outs.push_back(outputLists[r][j]);
     }
   }
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLGATHER_COALESCED,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outs,
-      [comm = comm_, inputs, lists = outputLists, size, ms]() {
-        int64_t total = 0;
-        const auto offsets = offsetsOf(inputs, &total);
-        at::Tensor src = flatLike(inputs[0], total);
-        pack(src, 0, inputs, offsets);
-        at::Tensor flat = flatLike(inputs[0], total * size);
-        goCall([&](char* e, size_t n) {
-          return gohccl_allgather(
-              comm, src.data_ptr(), flat.data_ptr(), countOf(src), goDtype(src), ms, e, n);
-        });
-        for (int r = 0; r < size; ++r) {
-          unpack(flat, r * total, lists[r], offsets);
-        }
-        return -1;
-      });
+  Layout in = Layout::backToBack(inputs);
+  const int64_t n = in.numel();
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLGATHER, std::move(in), Layout::backToBack(outs), inputs[0], n);
+  return submit(
+      c10d::OpType::ALLGATHER_COALESCED, kOp, opts, outs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single_coalesced(
@@ -1246,38 +1544,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_gather_single_coalesced(
         kOp,
         c10::str("output ", j));
   }
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
+  // Output j holds rank r's input j as its block r.
+  Layout in = Layout::backToBack(inputs);
+  const int64_t n = in.numel();
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLGATHER,
+      std::move(in),
+      Layout::interleaved(outputs, size_),
+      inputs[0],
+      n);
+  return submit(
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
       kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
+      opts,
       outputs,
-      [comm = comm_, inputs, outputs, size, ms]() {
-        int64_t total = 0;
-        const auto offsets = offsetsOf(inputs, &total);
-        at::Tensor src = flatLike(inputs[0], total);
-        pack(src, 0, inputs, offsets);
-        at::Tensor flat = flatLike(inputs[0], total * size);
-        goCall([&](char* e, size_t n) {
-          return gohccl_allgather(
-              comm, src.data_ptr(), flat.data_ptr(), countOf(src), goDtype(src), ms, e, n);
-        });
-        // Output j holds rank r's input j as its r-th block.
-        for (size_t j = 0; j < outputs.size(); ++j) {
-          const int64_t nj = inputs[j].numel();
-          at::Tensor buf = scratchFor(outputs[j]);
-          at::Tensor dst = buf.view(-1);
-          for (int r = 0; r < size; ++r) {
-            dst.narrow(0, r * nj, nj)
-                .copy_(flat.narrow(0, r * total + offsets[j], nj));
-          }
-          copyBack(outputs[j], buf);
-        }
-        return -1;
-      });
+      std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather(
@@ -1289,43 +1570,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather(
   checkTensor(in, kOp, "input");
   checkRoot(opts.rootRank, kOp);
   const int root = static_cast<int>(opts.rootRank);
-  const bool isRoot = root == rank_;
   std::vector<at::Tensor> outs;
-  if (isRoot) {
+  if (root == rank_) {
     outs = rankList(outputs, in, size_, kOp, "output");
   } else {
     checkNoList(outputs, root, rank_, kOp, "output");
   }
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::GATHER,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outs,
-      [comm = comm_, in, outs, root, isRoot, size, ms]() {
-        at::Tensor src = dense(in);
-        const int64_t n = in.numel();
-        at::Tensor flat = isRoot ? flatLike(in, n * size) : at::Tensor();
-        goCall([&](char* e, size_t len) {
-          return gohccl_gather(
-              comm,
-              src.data_ptr(),
-              isRoot ? flat.data_ptr() : nullptr,
-              countOf(src),
-              goDtype(src),
-              root,
-              ms,
-              e,
-              len);
-        });
-        if (isRoot) {
-          unpack(flat, 0, outs, blockOffsets(size, n));
-        }
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_GATHER,
+      Layout::backToBack({in}),
+      Layout::backToBack(outs),
+      in,
+      in.numel());
+  c.root = root;
+  return submit(c10d::OpType::GATHER, kOp, opts, outs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather_single(
@@ -1336,42 +1594,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::gather_single(
   checkTensor(input, kOp, "input");
   checkRoot(opts.rootRank, kOp);
   const int root = static_cast<int>(opts.rootRank);
-  const bool isRoot = root == rank_;
-  if (isRoot) {
-    checkLike(output, input, input.numel() * size_, kOp, "output");
-  }
-  const int64_t ms = timeoutMs(opts.timeout);
   std::vector<at::Tensor> outs;
-  if (isRoot) {
+  if (root == rank_) {
+    checkLike(output, input, input.numel() * size_, kOp, "output");
     outs.push_back(output);
   }
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::GATHER,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outs,
-      [comm = comm_, in = input, out = isRoot ? output : at::Tensor(), root, isRoot, ms]() {
-        at::Tensor src = dense(in);
-        at::Tensor dst = isRoot ? scratchFor(out) : at::Tensor();
-        goCall([&](char* e, size_t n) {
-          return gohccl_gather(
-              comm,
-              src.data_ptr(),
-              isRoot ? dst.data_ptr() : nullptr,
-              countOf(src),
-              goDtype(src),
-              root,
-              ms,
-              e,
-              n);
-        });
-        if (isRoot) {
-          copyBack(out, dst);
-        }
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_GATHER,
+      Layout::backToBack({input}),
+      Layout::backToBack(outs),
+      input,
+      input.numel());
+  c.root = root;
+  return submit(c10d::OpType::GATHER, kOp, opts, outs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::scatter(
@@ -1383,45 +1618,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::scatter(
   checkTensor(out, kOp, "output");
   checkRoot(opts.rootRank, kOp);
   const int root = static_cast<int>(opts.rootRank);
-  const bool isRoot = root == rank_;
   std::vector<at::Tensor> ins;
-  if (isRoot) {
+  if (root == rank_) {
     ins = rankList(inputs, out, size_, kOp, "input");
   } else {
     checkNoList(inputs, root, rank_, kOp, "input");
   }
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::SCATTER,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outputs,
-      [comm = comm_, out, ins, root, isRoot, size, ms]() {
-        const int64_t n = out.numel();
-        at::Tensor flat;
-        if (isRoot) {
-          flat = flatLike(out, n * size);
-          pack(flat, 0, ins, blockOffsets(size, n));
-        }
-        at::Tensor dst = scratchFor(out);
-        goCall([&](char* e, size_t len) {
-          return gohccl_scatter(
-              comm,
-              isRoot ? flat.data_ptr() : nullptr,
-              dst.data_ptr(),
-              countOf(dst),
-              goDtype(dst),
-              root,
-              ms,
-              e,
-              len);
-        });
-        copyBack(out, dst);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_SCATTER,
+      Layout::backToBack(ins),
+      Layout::backToBack({out}),
+      out,
+      out.numel());
+  c.root = root;
+  return submit(c10d::OpType::SCATTER, kOp, opts, outputs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter(
@@ -1431,30 +1641,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter(
   constexpr const char* kOp = "reduce_scatter";
   at::Tensor out = onlyTensor(outputs, kOp, "output");
   checkTensor(out, kOp, "output");
-  const std::vector<at::Tensor> ins = rankList(inputs, out, size_, kOp, "input");
-  const Reduction red = reductionOf(opts.reduceOp, out.scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::REDUCE_SCATTER,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outputs,
-      [comm = comm_, out, ins, red, size, ms]() {
-        const int64_t n = out.numel();
-        at::Tensor flat = flatLike(out, n * size);
-        pack(flat, 0, ins, blockOffsets(size, n));
-        red.scaleInPlace(flat);
-        at::Tensor dst = scratchFor(out);
-        goCall([&](char* e, size_t len) {
-          return gohccl_reduce_scatter(
-              comm, flat.data_ptr(), dst.data_ptr(), countOf(dst), goDtype(dst), red.op, ms, e, len);
-        });
-        copyBack(out, dst);
-        return -1;
-      });
+  std::vector<at::Tensor> ins = rankList(inputs, out, size_, kOp, "input");
+  Collective c = Collective::make(
+      GOHCCL_CALL_REDUCE_SCATTER,
+      Layout::backToBack(ins),
+      Layout::backToBack({out}),
+      out,
+      out.numel());
+  c.red = reductionOf(opts.reduceOp, out.scalar_type(), kOp);
+  return submit(
+      c10d::OpType::REDUCE_SCATTER, kOp, opts, outputs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter_single(
@@ -1483,26 +1679,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::reduce_scatter_single(
       " times ",
       size_,
       " ranks");
-  const Reduction red = reductionOf(opts.reduceOp, input.scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::_REDUCE_SCATTER_BASE,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      {output},
-      [comm = comm_, in = input, out = output, red, ms]() {
-        // The input is not an output: it is never written.
-        at::Tensor src = red.input(in, /*mayModify=*/false);
-        at::Tensor dst = scratchFor(out);
-        goCall([&](char* e, size_t n) {
-          return gohccl_reduce_scatter(
-              comm, src.data_ptr(), dst.data_ptr(), countOf(dst), goDtype(dst), red.op, ms, e, n);
-        });
-        copyBack(out, dst);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_REDUCE_SCATTER,
+      Layout::backToBack({input}),
+      Layout::backToBack({output}),
+      output,
+      output.numel());
+  c.red = reductionOf(opts.reduceOp, input.scalar_type(), kOp);
+  return submit(
+      c10d::OpType::_REDUCE_SCATTER_BASE, kOp, opts, {output}, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::
@@ -1530,40 +1715,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::
         kOp,
         c10::str("input ", j));
   }
-  const Reduction red =
-      reductionOf(opts.reduceOp, outputs[0].scalar_type(), kOp);
-  const int64_t ms = timeoutMs(opts.timeout);
-  const int size = size_;
-  return enqueue(
-      Lane::kCollective,
+  // Block r of the flat input is every input's block r, back to back, so
+  // that one reduce-scatter hands rank r all of its blocks.
+  Layout out = Layout::backToBack(outputs);
+  const int64_t n = out.numel();
+  Collective c = Collective::make(
+      GOHCCL_CALL_REDUCE_SCATTER,
+      Layout::interleaved(inputs, size_),
+      std::move(out),
+      outputs[0],
+      n);
+  c.red = reductionOf(opts.reduceOp, outputs[0].scalar_type(), kOp);
+  return submit(
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
+      opts,
       outputs,
-      [comm = comm_, inputs, outputs, red, size, ms]() {
-        // Block r of the flat input is every input's r-th block, back to
-        // back, so that one reduce-scatter hands rank r all of its blocks.
-        int64_t total = 0;
-        const auto offsets = offsetsOf(outputs, &total);
-        at::Tensor flat = flatLike(outputs[0], total * size);
-        for (size_t j = 0; j < inputs.size(); ++j) {
-          const int64_t nj = outputs[j].numel();
-          const at::Tensor src = inputs[j].reshape({-1});
-          for (int r = 0; r < size; ++r) {
-            flat.narrow(0, r * total + offsets[j], nj)
-                .copy_(src.narrow(0, r * nj, nj));
-          }
-        }
-        red.scaleInPlace(flat);
-        at::Tensor mine = flatLike(outputs[0], total);
-        goCall([&](char* e, size_t n) {
-          return gohccl_reduce_scatter(
-              comm, flat.data_ptr(), mine.data_ptr(), countOf(mine), goDtype(mine), red.op, ms, e, n);
-        });
-        unpack(mine, 0, outputs, offsets);
-        return -1;
-      });
+      std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_to_all_single(
@@ -1594,38 +1762,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::all_to_all_single(
       input.numel(),
       " and ",
       output.numel());
-  std::vector<uint64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
-  splitCounts(input, inputSplitSizes, size_, kOp, "input", &sendCounts, &sendOffsets);
-  splitCounts(output, outputSplitSizes, size_, kOp, "output", &recvCounts, &recvOffsets);
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLTOALL_BASE,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      {output},
-      [comm = comm_, in = input, out = output, sendCounts, sendOffsets,
-       recvCounts, recvOffsets, ms]() {
-        at::Tensor src = dense(in);
-        at::Tensor dst = scratchFor(out);
-        goCall([&](char* e, size_t n) {
-          return gohccl_alltoallv(
-              comm,
-              src.data_ptr(),
-              sendCounts.data(),
-              sendOffsets.data(),
-              dst.data_ptr(),
-              recvCounts.data(),
-              recvOffsets.data(),
-              goDtype(src),
-              ms,
-              e,
-              n);
-        });
-        copyBack(out, dst);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLTOALLV,
+      Layout::backToBack({input}),
+      Layout::backToBack({output}),
+      input,
+      0);
+  splitCounts(input, inputSplitSizes, size_, kOp, "input", &c.sendCounts, &c.sendOffsets);
+  splitCounts(output, outputSplitSizes, size_, kOp, "output", &c.recvCounts, &c.recvOffsets);
+  return submit(c10d::OpType::ALLTOALL_BASE, kOp, opts, {output}, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::alltoall(
@@ -1649,59 +1794,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::alltoall(
   for (int p = 0; p < size_; ++p) {
     checkLike(outputs[p], inputs[0], outputs[p].numel(), kOp, c10::str("output ", p));
   }
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::ALLTOALL,
-      kOp,
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      outputs,
-      [comm = comm_, inputs, outputs, ms]() {
-        int64_t sendTotal = 0, recvTotal = 0;
-        const auto sendOff = offsetsOf(inputs, &sendTotal);
-        const auto recvOff = offsetsOf(outputs, &recvTotal);
-        at::Tensor src = flatLike(inputs[0], sendTotal);
-        at::Tensor dst = flatLike(inputs[0], recvTotal);
-        pack(src, 0, inputs, sendOff);
-        const uint64_t unit = src.is_complex() ? 2 : 1;
-        const size_t size = inputs.size();
-        std::vector<uint64_t> sc(size), so(size), rc(size), ro(size);
-        for (size_t p = 0; p < size; ++p) {
-          sc[p] = countOf(inputs[p]);
-          so[p] = static_cast<uint64_t>(sendOff[p]) * unit;
-          rc[p] = countOf(outputs[p]);
-          ro[p] = static_cast<uint64_t>(recvOff[p]) * unit;
-        }
-        goCall([&](char* e, size_t n) {
-          return gohccl_alltoallv(
-              comm, src.data_ptr(), sc.data(), so.data(), dst.data_ptr(),
-              rc.data(), ro.data(), goDtype(src), ms, e, n);
-        });
-        unpack(dst, 0, outputs, recvOff);
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_ALLTOALLV,
+      Layout::backToBack(inputs),
+      Layout::backToBack(outputs),
+      inputs[0],
+      0);
+  // Tensor p of either list is the block for (from) rank p.
+  const uint64_t lanes = dtypeOf(inputs[0].scalar_type(), kOp, "input").lanes;
+  for (int64_t off : c.in.offsets()) {
+    c.sendOffsets.push_back(static_cast<uint64_t>(off) * lanes);
+  }
+  for (int64_t off : c.out.offsets()) {
+    c.recvOffsets.push_back(static_cast<uint64_t>(off) * lanes);
+  }
+  for (int p = 0; p < size_; ++p) {
+    c.sendCounts.push_back(countOf(inputs[p]));
+    c.recvCounts.push_back(countOf(outputs[p]));
+  }
+  return submit(c10d::OpType::ALLTOALL, kOp, opts, outputs, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::barrier(
     const c10d::BarrierOptions& opts) {
-  const int64_t ms = timeoutMs(opts.timeout);
-  return enqueue(
-      Lane::kCollective,
-      c10d::OpType::BARRIER,
-      "barrier",
-      std::chrono::milliseconds(ms),
-      opts.asyncOp,
-      {},
-      [comm = comm_, ms]() {
-        goCall([&](char* e, size_t n) {
-          return gohccl_barrier(comm, ms, e, n);
-        });
-        return -1;
-      });
+  return submit(c10d::OpType::BARRIER, "barrier", opts, {}, Collective());
 }
 
 // ---- Point to point ----
+
+namespace {
+// P2POptions: sends take no options; they use the group's timeout and are
+// always queued (a send never waits for its receive).
+struct P2POptions {
+  std::chrono::milliseconds timeout = c10d::kUnsetTimeout;
+  bool asyncOp = true;
+};
+} // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::send(
     std::vector<at::Tensor>& tensors,
@@ -1711,22 +1839,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::send(
   at::Tensor t = onlyTensor(tensors, kOp, "tensor");
   checkTensor(t, kOp, "tensor");
   checkPeer(dstRank, kOp, "destination");
-  const int64_t ms = timeoutMs(c10d::kUnsetTimeout);
-  return enqueue(
-      Lane::kSend,
-      c10d::OpType::SEND,
-      kOp,
-      std::chrono::milliseconds(ms),
-      /*asyncOp=*/true,
-      tensors,
-      [comm = comm_, t, dstRank, tag, ms]() {
-        at::Tensor src = dense(t);
-        goCall([&](char* e, size_t n) {
-          return gohccl_send(
-              comm, dstRank, tag, src.data_ptr(), countOf(src), goDtype(src), ms, e, n);
-        });
-        return -1;
-      });
+  Collective c = Collective::make(
+      GOHCCL_CALL_SEND, Layout::backToBack({t}), Layout(), t, t.numel());
+  c.peer = dstRank;
+  c.tag = tag;
+  return submit(c10d::OpType::SEND, kOp, P2POptions(), tensors, std::move(c));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::recv(
@@ -1750,6 +1867,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::recvAnysource(
       onlyTensor(tensors, "recv_anysource", "tensor"),
       GOHCCL_ANY_SOURCE,
       tag);
+}
+
+// dtypeTable is the shim's list of dtypes, for the test that compares it
+// with Go's and Python's.
+std::vector<DtypeInfo> dtypeTable() {
+  return std::vector<DtypeInfo>(std::begin(kDtypes), std::end(kDtypes));
 }
 
 } // namespace gohccl

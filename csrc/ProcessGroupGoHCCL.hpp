@@ -50,6 +50,23 @@
 
 namespace gohccl {
 
+// DtypeInfo is one torch dtype the shim serves: the libgohccl element type
+// it travels as, and how many of those make one torch element (2 for a
+// complex number: its real and imaginary parts).
+struct DtypeInfo {
+  at::ScalarType torch;
+  gohccl_dtype go;
+  int lanes;
+};
+
+// dtypeTable is the shim's list of served dtypes (ProcessGroupGoHCCL.cpp),
+// exported so that a test can compare it with Go's and Python's lists.
+std::vector<DtypeInfo> dtypeTable();
+
+// Collective is one operation as a single gohccl_run call, with the layout
+// of torch's tensors in its buffers (ProcessGroupGoHCCL.cpp).
+struct Collective;
+
 // GoError is a failure reported by libgohccl: its message, kept verbatim (it
 // names the op, its sequence number and the peer), and its status. Python
 // sees it as torch.distributed.DistBackendError.
@@ -317,6 +334,23 @@ class ProcessGroupGoHCCL : public c10d::Backend {
       bool asyncOp,
       std::vector<at::Tensor> outputs,
       WorkGoHCCL::Body body);
+  // submit is the one way a collective or a send is issued: it derives the
+  // timeout and async_op from the operation's options, finds the device
+  // and stream of its tensors, and queues c.run.
+  template <typename Opts>
+  c10::intrusive_ptr<c10d::Work> submit(
+      c10d::OpType opType,
+      const char* opName,
+      const Opts& opts,
+      std::vector<at::Tensor> outputs,
+      Collective c);
+  c10::intrusive_ptr<c10d::Work> postDeviceRecv(
+      c10d::OpType opType,
+      const char* opName,
+      at::Tensor& tensor,
+      int peer,
+      int tag,
+      int64_t ms);
   c10::intrusive_ptr<c10d::Work> postRecv(
       c10d::OpType opType,
       const char* opName,

@@ -228,6 +228,23 @@ gohccl_status gohccl_recv_wait(gohccl_comm comm, gohccl_req req,
  * not, -1 for an unknown handle. Does not release the handle. */
 int gohccl_recv_test(gohccl_comm comm, gohccl_req req);
 
+/* gohccl_trace_dump writes the flight record (docs/trace.md) of every live
+ * communicator of this process into dir, one JSON file per communicator
+ * named after its group, rank and host; with dir NULL or empty, into each
+ * communicator's GOHCCL_TRACE_DIR (a communicator without one is skipped
+ * and named in err). It does not wait for operations in progress: call it
+ * while a collective hangs. The paths written go into paths, one per line
+ * (truncated to paths_len). GOHCCL_OK if every communicator was written,
+ * else GOHCCL_ERR_INVALID (no directory) or GOHCCL_ERR_INTERNAL (a write
+ * failed) with the reasons in err; the others are still written.
+ *
+ * When a communicator is created with GOHCCL_TRACE_DIR set, the library also
+ * installs a SIGUSR1 handler (once per process) that does the same with
+ * dir NULL, from a goroutine, and then calls the handler that was installed
+ * before it (Python's, faulthandler's), if any. */
+gohccl_status gohccl_trace_dump(const char* dir, char* paths, size_t paths_len,
+                                char* err, size_t err_len);
+
 #endif /* GOHCCL_TYPES_ONLY */
 
 
@@ -333,6 +350,34 @@ gohccl_status gohccl_run(gohccl_comm comm, gohccl_call* call, char* err,
 #endif
 
 /* ---- end of device memory ---- */
+
+/* ---- tools: what `python -m gohccl.sim` and `python -m gohccl.info` run ----
+ * Strings returned through these are allocated by libgohccl (malloc) and
+ * released by the caller with gohccl_free. */
+#ifndef GOHCCL_TYPES_ONLY
+/* gohccl_free releases a string libgohccl returned. */
+void gohccl_free(void* p);
+
+/* gohccl_sim_main runs gohccl-sim's command line (goimpl/sim/cli) with the
+ * argc arguments argv (options only, no program name) and returns its exit
+ * status (0, or 2 for bad options). *out receives what it printed on
+ * standard output, *err what it printed on standard error. */
+int gohccl_sim_main(int argc, char** argv, char** out, char** err);
+
+/* gohccl_info_json returns a JSON object describing this process's view:
+ * versions (library, ABI, Go), the CPU (model, features), the reduce paths
+ * it runs and the one GOHCCL_SIMD picks, and every GOHCCL_* variable with
+ * its value, its source ("environment" or "default") and, for a value init
+ * would refuse, "error". */
+char* gohccl_info_json(void);
+
+/* gohccl_comm_info_json sets *out to a JSON object describing comm: rank,
+ * size, host, topology and nodes, the transport class to each rank, the
+ * reduce path, buffer and segment sizes, GOHCCL_ALGO, and the tuner's priced
+ * table for the tuned collectives at a few sizes. */
+gohccl_status gohccl_comm_info_json(gohccl_comm comm, char** out, char* err,
+                                    size_t err_len);
+#endif
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +86,67 @@ func BenchmarkAllReduce(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkTraceCost is a 4 KiB float32 all-reduce on 2 in-process ranks
+// with the flight recorder off (GOHCCL_TRACE_BUFFER=0) and on (the
+// default), interleaved: rounds of a few hundred ops alternate between the
+// two groups, so load on a shared machine falls on both alike. It reports
+// each side's median time per op over the rounds and their ratio; -benchmem
+// shows that recording allocates nothing. A 2-rank in-process all-reduce is
+// the cheapest collective there is, so the recorder's share of it bounds its
+// share of any other.
+func BenchmarkTraceCost(b *testing.B) {
+	const size, round = 4 << 10, 200
+	worlds := make([][]*Comm, 2)
+	for i, entries := range []int{0, config.Default().TraceBuffer} {
+		cfg := config.Default()
+		cfg.TraceBuffer = entries
+		worlds[i] = make([]*Comm, 2)
+		for r, m := range inproc.NewWorld(2) {
+			c, err := FromMesh(m, Options{Rank: r, Size: 2, Config: cfg})
+			if err != nil {
+				b.Fatal(err)
+			}
+			worlds[i][r] = c
+			defer c.Close()
+		}
+	}
+	bufs := [][]byte{make([]byte, size), make([]byte, size)}
+	run := func(comms []*Comm, iters int) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < iters; i++ {
+					if err := c.AllReduce(bufs[r], size/4, reduce.Float32, reduce.Sum, 0); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	run(worlds[0], 3)
+	run(worlds[1], 3)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var off, on []float64
+	for done := 0; done < b.N; done += 2 * round {
+		off = append(off, float64(run(worlds[0], round).Nanoseconds())/round)
+		on = append(on, float64(run(worlds[1], round).Nanoseconds())/round)
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 {
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	b.ReportMetric(median(off), "ns/op-off")
+	b.ReportMetric(median(on), "ns/op-on")
+	b.ReportMetric(median(on)/median(off), "on/off")
 }

@@ -51,6 +51,7 @@ func (c *Comm) choose(coll tune.Coll, bytes int) tune.Choice {
 	if c.choice = c.pinned[coll]; c.choice.Row == nil {
 		c.choice = c.tuner.Choose(coll, bytes)
 	}
+	c.recordCollective(c.choice)
 	return c.choice
 }
 

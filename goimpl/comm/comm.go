@@ -20,6 +20,7 @@ import (
 
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/config"
+	"github.com/gohccl/gohccl/goimpl/flight"
 	"github.com/gohccl/gohccl/goimpl/mesh"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/topo"
@@ -110,6 +111,13 @@ type Comm struct {
 	call   mesh.Call
 	args   tune.Args
 	choice tune.Choice
+	// flight is the flight recorder (nil when GOHCCL_TRACE_BUFFER=0), rec
+	// the record of the collective in progress and started when it began,
+	// dumped whether the failure dump was written (flight.go).
+	flight  *flight.Recorder
+	rec     uint64
+	started time.Time
+	dumped  atomic.Bool
 	// pinned, where set, is the choice of its collective instead of the
 	// tuner's: the tests pin every row of the table in turn.
 	pinned [tune.NumColls]tune.Choice
@@ -121,6 +129,7 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 		rank: opt.Rank, size: opt.Size, timeout: opt.Timeout, cfg: opt.Config,
 		mesh: mesh, log: log, id: id,
 		scratch: make([]byte, opt.Config.BuffSize),
+		flight:  flight.New(opt.Config.TraceBuffer),
 	}
 	c.op = algo.Op{Mesh: mesh, Scratch: c.scratch, Segment: seg,
 		Recvs: make([]transport.Recv, 2*opt.Size+2)}
@@ -179,7 +188,7 @@ func (c *Comm) engineStop() error {
 // nodes and sets up the tuner over the table, with what the ranks agreed of
 // their shared memory (facts; zero without any). An unknown algorithm or
 // malformed form fails the communicator's creation.
-func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
+func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) error {
 	spec, err := tune.ParseAlgo(c.cfg.Algo)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -188,21 +197,27 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 		return fmt.Errorf("%w: GOHCCL_SIMD: %v", ErrInvalid, err)
 	}
 	c.hosts = hosts
-	switch {
-	case c.cfg.RanksPerNode > 0:
-		c.topo = topo.Blocked(c.size, c.cfg.RanksPerNode)
-	case len(hosts) == c.size:
-		c.topo = topo.FromHosts(hosts)
-	default:
-		c.topo = topo.Blocked(c.size, c.size)
-	}
+	c.topo = nodesOf(c.cfg, c.size, hosts)
 	if l0, l1, err := c.topo.Levels(c.rank); err == nil {
 		c.x.Hier = algo.Hierarchy{Local: l0, Cross: l1, Order: c.topo.SliceOrder()}
 	}
 	m := tune.DefaultModel()
 	if c.cfg.IntraBW > 0 { // set by config.Load; a literal Config keeps the defaults
 		m.Intra = tune.Link{Latency: c.cfg.IntraLatency, Bandwidth: c.cfg.IntraBW}
-		m.Inter = tune.Link{Latency: c.cfg.InterLatency, Bandwidth: c.cfg.InterBW}
+	}
+	// The inter-node link: what the ranks agreed at bootstrap (measured,
+	// or rank 0's GOHCCL_INTER_*), else this rank's settings, else the
+	// defaults (a communicator without a store, or on one node).
+	switch {
+	case inter.valid():
+		m.Inter, m.NodeBW = inter.link, inter.nodeBW
+	default:
+		if c.cfg.InterLatency > 0 {
+			m.Inter.Latency = c.cfg.InterLatency
+		}
+		if c.cfg.InterBW > 0 {
+			m.Inter.Bandwidth = c.cfg.InterBW
+		}
 	}
 	m.Segment = c.op.Segment
 	s := tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(), Consecutive: c.topo.Consecutive()}
@@ -229,8 +244,27 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts) error {
 	if c.cfg.Debug >= config.Info {
 		c.tuner.Logf = c.log.Infof
 		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0)
+		if inter.valid() {
+			shared := "a link of its own per rank"
+			if m.NodeBW > 0 {
+				shared = fmt.Sprintf("%.3f GB/s per node, shared by its ranks", m.NodeBW/1e9)
+			}
+			c.log.Infof("inter-node link: latency %.1fus, bandwidth %.3f GB/s per rank, %s (%s)", m.Inter.Latency*1e6, m.Inter.Bandwidth/1e9, shared, inter.source)
+		}
 	}
 	return nil
+}
+
+// nodesOf groups the ranks into nodes: by GOHCCL_RANKS_PER_NODE when set,
+// else by host identity, else all on one.
+func nodesOf(cfg config.Config, size int, hosts []string) *topo.Topology {
+	switch {
+	case cfg.RanksPerNode > 0:
+		return topo.Blocked(size, cfg.RanksPerNode)
+	case len(hosts) == size:
+		return topo.FromHosts(hosts)
+	}
+	return topo.Blocked(size, size)
 }
 
 // FromMesh makes a communicator over an existing mesh (the in-process
@@ -246,7 +280,7 @@ func FromMesh(mesh *transport.Mesh, opt Options) (*Comm, error) {
 		opt.Timeout = 30 * time.Minute
 	}
 	c := newComm(mesh, opt, "inproc", NewLogger(opt.Config.Debug, opt.Rank, opt.Size))
-	if err := c.initTuning(opt.Hosts, meshFacts{}); err != nil {
+	if err := c.initTuning(opt.Hosts, meshFacts{}, interLink{}); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -288,10 +322,16 @@ func (c *Comm) breakBy(err error) error {
 }
 
 func (c *Comm) deadline(timeout time.Duration) time.Time {
+	return c.deadlineFrom(time.Now(), timeout)
+}
+
+// deadlineFrom is deadline counted from now, a time the caller has read
+// anyway (the flight recorder stamps the op's start with it).
+func (c *Comm) deadlineFrom(now time.Time, timeout time.Duration) time.Time {
 	if timeout <= 0 {
 		timeout = c.timeout
 	}
-	return time.Now().Add(timeout)
+	return now.Add(timeout)
 }
 
 // noticeTimeout bounds how long a failing communicator spends telling its
@@ -328,6 +368,7 @@ func (c *Comm) failAt(err error, seq uint64) {
 			c.notifyPeers(seq, first)
 		}
 		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, first))
+		c.dumpOnFailure(first)
 	})
 }
 
@@ -561,6 +602,7 @@ func (c *Comm) Close() {
 func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) error {
 	c.mu.Lock()
 	if err := c.Err(); err != nil {
+		c.refused(fp, err) // flight.go
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
@@ -575,7 +617,8 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	c.seq++
 	o := &c.op
 	o.Stamp = transport.Header{Fingerprint: fp, Seq: c.seq}
-	o.Deadline = c.deadline(timeout)
+	c.started = time.Now()
+	o.Deadline = c.deadlineFrom(c.started, timeout)
 	o.DType = fp.DType
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
@@ -595,8 +638,10 @@ func (c *Comm) end(err error) error {
 		err = c.settle()
 	}
 	if err == nil {
+		c.flight.End(c.rec, false, nil)
 		return nil
 	}
+	c.flight.End(c.rec, true, c.awaitedBy(err, c.op.Recvs))
 	fp := c.op.Stamp.Fingerprint
 	err = fmt.Errorf("%s #%d on rank %d failed: %w", fp.Kind, c.seq, c.rank, c.explain(err))
 	c.failAt(err, c.seq)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/algo"
+	"github.com/gohccl/gohccl/goimpl/flight"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/transport"
 )
@@ -31,6 +32,7 @@ type RecvRequest struct {
 	peer   int
 	want   transport.Header
 	any    bool
+	rec    uint64 // its flight record
 }
 
 func p2pHeader(tag int64, count int, dt reduce.DType) transport.Header {
@@ -55,7 +57,9 @@ func (c *Comm) checkPeer(what string, peer int, allowAny bool) error {
 }
 
 // Send sends count elements of buf to peer with tag. It returns once buf may
-// be reused and never waits for the matching receive to be posted.
+// be reused; it waits for the matching receive to be posted only when the
+// peer already holds GOHCCL_EARLY_BYTES of this rank's frames that no
+// receive asked for yet (docs/protocol.md, "Flow").
 func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType, timeout time.Duration) error {
 	if err := c.checkPeer("send destination", peer, false); err != nil {
 		return err
@@ -64,19 +68,25 @@ func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType,
 		return err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	h := p2pHeader(tag, count, dt)
-	deadline := c.deadline(timeout)
+	now := time.Now()
+	deadline := c.deadlineFrom(now, timeout)
+	rec := c.flight.Begin(&flight.Record{Kind: transport.KindSend, DType: dt, Count: uint64(count),
+		Root: -1, Peer: int32(peer), Tag: tag, State: flight.Running}, now)
 	for f := 0; f < framesFor(len(buf)); f++ {
 		p := frame(buf, f)
 		h.Len = uint32(len(p))
 		if err := c.mesh.Send(peer, &h, p, deadline); err != nil {
 			err = fmt.Errorf("send to rank %d (tag %d) on rank %d failed: %w", peer, tag, c.rank, err)
+			c.flight.End(rec, true, []int{peer})
 			c.fail(err)
 			return err
 		}
 	}
+	c.flight.End(rec, false, nil)
 	return nil
 }
 
@@ -90,6 +100,7 @@ func (c *Comm) PostRecv(peer int, tag int64, buf []byte, count int, dt reduce.DT
 		return nil, err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	r := c.p2p.pool.Get().(*RecvRequest)
@@ -100,6 +111,11 @@ func (c *Comm) PostRecv(peer int, tag int64, buf []byte, count int, dt reduce.DT
 	r.frames = r.frames[:n]
 	r.buf, r.peer, r.any = buf, peer, peer == transport.AnySource
 	r.want = p2pHeader(tag, count, dt)
+	r.rec = 0
+	if c.flight != nil {
+		r.rec = c.flight.Begin(&flight.Record{Kind: transport.KindSend, Recv: true, DType: dt, Count: uint64(count),
+			Root: -1, Peer: int32(peer), Tag: tag, State: flight.Queued}, time.Now())
+	}
 	post := n
 	if r.any {
 		post = 1
@@ -142,6 +158,7 @@ func (c *Comm) WaitRecv(r *RecvRequest, timeout time.Duration) (int, error) {
 	deadline := c.deadline(timeout)
 	m := c.mesh.Matcher()
 	source := r.peer
+	c.flight.Start(r.rec)
 	for f := range r.frames {
 		if r.any && f > 0 {
 			c.postFrame(r, f, source)
@@ -154,12 +171,14 @@ func (c *Comm) WaitRecv(r *RecvRequest, timeout time.Duration) (int, error) {
 		}
 		err = fmt.Errorf("recv from %s (tag %d, %d %s elements) on rank %d failed: %w",
 			sourceName(r.peer), r.want.Tag, r.want.Count, r.want.DType, c.rank, err)
+		c.flight.End(r.rec, true, c.awaitedBy(err, r.frames))
 		c.fail(err)
 		for i := range r.frames {
 			m.WaitClaimed(&r.frames[i])
 		}
 		return source, err
 	}
+	c.flight.End(r.rec, false, nil)
 	return source, nil
 }
 

@@ -12,9 +12,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/tune"
@@ -42,16 +42,28 @@ var Vars = []Var{
 		"Tuner's latency per step between ranks of one node (alpha). Only the choice of algorithm depends on it."},
 	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
 		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
-	{"GOHCCL_INTER_LATENCY", "microseconds", "20",
-		"Tuner's latency per step between nodes."},
-	{"GOHCCL_INTER_BW", "GB/s (decimal)", "1.25",
-		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE)."},
+	{"GOHCCL_INTER_LATENCY", "microseconds", "",
+		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
+	{"GOHCCL_INTER_BW", "GB/s (decimal)", "",
+		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once, and if rank 0's pair gets under 80% of its rate alone beside the others, the ranks of a node are priced as sharing one link (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
+	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
+		"Most payload bytes a rank holds, per peer connected over TCP, of frames that arrived before their receive was posted. Past it the rank stops reading that connection until the receive is posted, so the peer's sends wait (TCP flow control): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
+	{"GOHCCL_NSOCKS", "auto | 1-8", "auto",
+		"TCP connections per pair of ranks on different hosts; a large frame (128 KiB and up) is cut into parts sent over all of them at once. auto: half the cores each rank of the host can have (GOMAXPROCS over the ranks on the host), at least 1 and at most 4, since each connection's kernel copies take a core at full speed. The ranks connecting decide (the higher rank of each pair), so values may differ across ranks. Peers on the same host that use shared memory always get one."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
-		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
+		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address of the interface that routes to MASTER_ADDR; when MASTER_ADDR names this host and resolves to loopback (Debian's 127.0.1.1), the interface of the default route, else the first non-loopback interface. Loopback only when MASTER_ADDR is loopback (localhost, 127.x) or the host has no other interface."},
+	{"GOHCCL_PEER_TIMEOUT", "seconds (decimal), 0 = off", "5",
+		"How long a peer may stay silent at the TCP level before it is declared lost: its host answers neither data, retransmissions nor keepalive probes (sent after idle time of a fifth of this, at least 1 s). Every rank then fails with an error naming the peer's rank, host and address instead of waiting out the op's timeout. The same bound applies at bootstrap to a published address that refuses or does not answer connections. Shorter notices a dead host sooner; longer rides out longer network outages. 0 leaves it to the kernel (minutes) and the op timeout."},
+	{"GOHCCL_PORT_RANGE", "lo-hi (ports)", "",
+		"Ports the TCP listener may bind, for firewalled clusters, e.g. `29600-29700`; each rank takes a free one in the range (starting at a random one), and init fails naming the range when every port in it is taken. A host needs at least as many ports as ranks it runs per communicator. Empty: any free port the kernel picks."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
+		"Flight recorder: how many of its latest collectives and sends/receives each communicator keeps (sequence number, kind, dtype, count, root or peer, schedule, times, state, peers awaited; docs/trace.md). Fixed memory, 136 bytes an entry; recording allocates nothing. 0 turns the recorder off. At most 1048576."},
+	{"GOHCCL_TRACE_DIR", "directory", "",
+		"Where each rank writes its flight record (one JSON file per rank and group) when a collective times out, ranks mismatch or a peer is lost, and on SIGUSR1. Empty: no automatic dumps and no signal handler; `gohccl.dump_trace(dir)` still works. Analyse with `python -m gohccl.trace DIR`."},
 	{"GOHCCL_ACL_LIBRARY", "path", "",
 		"The Ascend runtime (libascendcl.so) gohccl loads when a call first passes ACL device memory (docs/devices.md). Empty: the copy already loaded in the process (by torch_npu), else `libascendcl.so` on the loader's path, else /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so. A process that passes only host memory never loads it."},
 	{"GOHCCL_CUDA_LIBRARY", "path", "",
@@ -80,8 +92,20 @@ type Config struct {
 	Algo string
 	// Transport is "auto", "tcp" or "shm" (GOHCCL_TRANSPORT).
 	Transport string
+	// EarlyBytes bounds, per TCP peer, the bytes of frames held before their
+	// receive is posted (GOHCCL_EARLY_BYTES).
+	EarlyBytes int64
+	// NSocks is the number of TCP connections per remote peer
+	// (GOHCCL_NSOCKS); 0 means automatic.
+	NSocks int
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
+	// PeerTimeout is how long a peer may stay silent before it is declared
+	// lost (GOHCCL_PEER_TIMEOUT); 0 for never.
+	PeerTimeout time.Duration
+	// PortLo and PortHi bound the TCP listener's port (GOHCCL_PORT_RANGE);
+	// both 0 for any.
+	PortLo, PortHi int
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
 	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
@@ -89,13 +113,29 @@ type Config struct {
 	RanksPerNode int
 	// IntraLatency and InterLatency are the tuner's per-step latencies in
 	// seconds, IntraBW and InterBW its per-rank bandwidths in bytes per
-	// second (GOHCCL_INTRA_LATENCY, ...).
+	// second (GOHCCL_INTRA_LATENCY, ...). An inter figure of 0 (unset) is
+	// measured at init (comm's probe of the inter-node link).
 	IntraLatency, IntraBW, InterLatency, InterBW float64
+	// TraceBuffer is the flight recorder's capacity in entries, 0 for none
+	// (GOHCCL_TRACE_BUFFER); TraceDir is where failures and SIGUSR1 dump it
+	// (GOHCCL_TRACE_DIR), empty for nowhere.
+	TraceBuffer int
+	TraceDir    string
 	// ACLLibrary and CUDALibrary, when set, are where the Ascend and CUDA
 	// runtimes are loaded from (GOHCCL_ACL_LIBRARY, GOHCCL_CUDA_LIBRARY);
 	// empty means the default search (docs/devices.md).
 	ACLLibrary, CUDALibrary string
 }
+
+// MaxNSocks bounds GOHCCL_NSOCKS (the TCP transport's MaxStripes).
+const MaxNSocks = 8
+
+// MinEarlyBytes is the smallest GOHCCL_EARLY_BYTES: a collective segment.
+const MinEarlyBytes = 1 << 20
+
+// MaxTraceBuffer bounds the flight recorder: a million entries (136 bytes
+// each) is 136 MiB per communicator, past any use a dump has.
+const MaxTraceBuffer = 1 << 20
 
 // MinBuffSize is the smallest scratch a communicator accepts.
 const MinBuffSize = 64 << 10
@@ -153,6 +193,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		scale float64
 	}{{"GOHCCL_INTRA_LATENCY", &c.IntraLatency, 1e-6}, {"GOHCCL_INTRA_BW", &c.IntraBW, 1e9},
 		{"GOHCCL_INTER_LATENCY", &c.InterLatency, 1e-6}, {"GOHCCL_INTER_BW", &c.InterBW, 1e9}} {
+		if get(f.name) == "" {
+			continue // measured at init (GOHCCL_INTER_*)
+		}
 		v, err := strconv.ParseFloat(get(f.name), 64)
 		if err != nil || math.IsNaN(v) || v <= 0 || v > 1e9 {
 			return c, fmt.Errorf("%s=%q: want a positive number up to 1e9", f.name, get(f.name))
@@ -164,7 +207,25 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	default:
 		return c, fmt.Errorf("GOHCCL_TRANSPORT=%q: want auto, tcp or shm", get("GOHCCL_TRANSPORT"))
 	}
+	if c.TraceBuffer, err = strconv.Atoi(get("GOHCCL_TRACE_BUFFER")); err != nil {
+		return c, fmt.Errorf("GOHCCL_TRACE_BUFFER=%q: want a number of entries (0 turns the recorder off)", get("GOHCCL_TRACE_BUFFER"))
+	}
+	c.TraceDir = get("GOHCCL_TRACE_DIR")
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if err := c.loadNetwork(get); err != nil {
+		return c, err
+	}
+	if v := strings.ToLower(get("GOHCCL_NSOCKS")); v != "auto" {
+		if c.NSocks, err = strconv.Atoi(v); err != nil || c.NSocks < 1 || c.NSocks > MaxNSocks {
+			return c, fmt.Errorf("GOHCCL_NSOCKS=%q: want auto or 1 to %d", v, MaxNSocks)
+		}
+	}
+	if c.EarlyBytes, err = ParseBytes(get("GOHCCL_EARLY_BYTES")); err != nil {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES: %v", err)
+	}
+	if c.EarlyBytes < MinEarlyBytes || c.EarlyBytes > 1<<40 {
+		return c, fmt.Errorf("GOHCCL_EARLY_BYTES=%d: want between 1M and 1T", c.EarlyBytes)
+	}
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	if _, err := reduce.PathNamed(c.SIMD); err != nil {
 		return c, fmt.Errorf("GOHCCL_SIMD=%q: %v", get("GOHCCL_SIMD"), err)
@@ -178,6 +239,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 func (c Config) Validate() error {
 	if c.BuffSize < MinBuffSize {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: below the minimum of %d bytes", c.BuffSize, MinBuffSize)
+	}
+	if c.TraceBuffer < 0 || c.TraceBuffer > MaxTraceBuffer {
+		return fmt.Errorf("GOHCCL_TRACE_BUFFER=%d: want 0 to %d entries", c.TraceBuffer, MaxTraceBuffer)
 	}
 	if c.BuffSize > 1<<40 {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above 1T", c.BuffSize)
@@ -271,16 +335,6 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return v * mult, nil
-}
-
-// Names returns every registered variable name, sorted.
-func Names() []string {
-	n := make([]string, len(Vars))
-	for i, v := range Vars {
-		n[i] = v.Name
-	}
-	sort.Strings(n)
-	return n
 }
 
 // Markdown renders the registry as the README's table.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,6 +81,10 @@ func TestAlgoAndTopologyVariables(t *testing.T) {
 	assert.Equal(t, 12.5e9, c.InterBW)
 	assert.InDelta(t, 2e-6, c.IntraLatency, 1e-15)
 	assert.Equal(t, 0, Default().RanksPerNode)
+	// Unset, the inter-node figures are measured at init: 0 says so.
+	assert.Zero(t, Default().InterBW)
+	assert.Zero(t, Default().InterLatency)
+	assert.Zero(t, c.InterLatency)
 	for name, val := range map[string]string{"GOHCCL_ALGO": "level0:tree", "GOHCCL_RANKS_PER_NODE": "0",
 		"GOHCCL_INTER_BW": "fast", "GOHCCL_INTRA_LATENCY": "-1"} {
 		_, err := Load(env(map[string]string{name: val}))
@@ -136,5 +141,43 @@ func TestSharedSettings(t *testing.T) {
 		c, err := Load(env(map[string]string{name: val}))
 		require.NoError(t, err, name)
 		assert.NotEqual(t, a.Shared()[name], c.Shared()[name], name)
+	}
+}
+
+func TestNetworkVariables(t *testing.T) {
+	c := Default()
+	assert.Equal(t, 5*time.Second, c.PeerTimeout)
+	assert.Zero(t, c.PortLo)
+	assert.Zero(t, c.PortHi)
+	c, err := Load(env(map[string]string{"GOHCCL_PEER_TIMEOUT": "2.5", "GOHCCL_PORT_RANGE": "29600-29700"}))
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, c.PeerTimeout)
+	assert.Equal(t, [2]int{29600, 29700}, [2]int{c.PortLo, c.PortHi})
+	c, err = Load(env(map[string]string{"GOHCCL_PEER_TIMEOUT": "0", "GOHCCL_PORT_RANGE": "30000"}))
+	require.NoError(t, err)
+	assert.Zero(t, c.PeerTimeout)
+	assert.Equal(t, [2]int{30000, 30000}, [2]int{c.PortLo, c.PortHi})
+	for name, bad := range map[string][]string{
+		"GOHCCL_PEER_TIMEOUT": {"soon", "-1", "nan", "0.5", "1e9"},
+		"GOHCCL_PORT_RANGE":   {"x", "10-5", "0-10", "1-70000", "5-"},
+	} {
+		for _, v := range bad {
+			_, err := Load(env(map[string]string{name: v}))
+			assert.ErrorContains(t, err, name, "%s=%s", name, v)
+		}
+	}
+}
+
+func TestTraceVariables(t *testing.T) {
+	c := Default()
+	assert.Equal(t, 2000, c.TraceBuffer)
+	assert.Empty(t, c.TraceDir)
+	c, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": "0", "GOHCCL_TRACE_DIR": "/tmp/x"}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.TraceBuffer)
+	assert.Equal(t, "/tmp/x", c.TraceDir)
+	for _, bad := range []string{"-1", "many", "2097152"} {
+		_, err := Load(env(map[string]string{"GOHCCL_TRACE_BUFFER": bad}))
+		assert.ErrorContains(t, err, "GOHCCL_TRACE_BUFFER", bad)
 	}
 }

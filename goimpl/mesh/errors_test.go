@@ -220,7 +220,7 @@ func TestCloseWakesWaiter(t *testing.T) {
 		c.Deadline = time.Time{}
 		done <- es[0].AllReduce(c, make([]byte, 4096))
 	}()
-	time.Sleep(100 * time.Millisecond) // past the spin, asleep on the futex
+	untilAsleep(t, es[0]) // past the spin, asleep on the futex
 	t0 := time.Now()
 	es[0].Close()
 	require.Less(t, time.Since(t0), time.Second, "Close returns once the waiter left (a sleep slice is 10 ms; the margin is for a loaded machine)")
@@ -252,7 +252,7 @@ func TestStop(t *testing.T) {
 		c := newCall(transport.KindBroadcast, reduce.Float32, 0, 1024, 1, 1)
 		done <- es[0].Broadcast(c, make([]byte, 4096), 1)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	untilAsleep(t, es[0])
 	close(stop)
 	t0 := time.Now()
 	select {
@@ -274,7 +274,7 @@ func TestPeerClosed(t *testing.T) {
 		c := newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, 1024, 0, 1)
 		done <- es[0].AllReduce(c, make([]byte, 4096))
 	}()
-	time.Sleep(50 * time.Millisecond)
+	untilAsleep(t, es[0])
 	es[1].Close()
 	select {
 	case err := <-done:
@@ -334,4 +334,18 @@ func TestLayoutMismatch(t *testing.T) {
 	})
 	require.ErrorIs(t, errs[0], transport.ErrProtocol)
 	require.ErrorContains(t, errs[0], "local rank 1 attached to the shared region with layout")
+}
+
+// untilAsleep returns once one of e's waits sleeps on a counter's futex (the
+// state the wake-up tests start from), or fails the test after 10 s.
+func untilAsleep(t *testing.T, e *Engine) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
+		for r := range e.ready {
+			if e.ready[r].Sleepers() > 0 || e.free[r].Sleepers() > 0 {
+				return
+			}
+		}
+	}
+	t.Fatal("no wait of the engine fell asleep within 10 s")
 }

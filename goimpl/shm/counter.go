@@ -47,6 +47,11 @@ func (c *Counter) Store(v uint64) {
 	}
 }
 
+// Sleepers returns how many waiters are asleep on the counter's futex now
+// (or about to be: registered, not yet re-read the count). Tests wait on it
+// to reach "the waiter sleeps" instead of sleeping a guessed time.
+func (c *Counter) Sleepers() int { return int(c.waiters.Load()) }
+
 // Wake wakes every sleeper without changing the count, so that they look at
 // their stop condition.
 func (c *Counter) Wake() { futexWakeAll(c.word()) }

@@ -114,7 +114,7 @@ func TestCounterDeadlineAndStop(t *testing.T) {
 
 	stopped := fmt.Errorf("stopped")
 	var stop atomic.Pointer[error]
-	go func() { time.Sleep(20 * time.Millisecond); stop.Store(&stopped); c.Wake() }()
+	go func() { untilAsleep(c); stop.Store(&stopped); c.Wake() }()
 	t0 = time.Now()
 	err := c.WaitAtLeast(1, time.Now().Add(10*time.Second), func() error {
 		if p := stop.Load(); p != nil {
@@ -138,8 +138,16 @@ func TestCounterPollSpacesStopCalls(t *testing.T) {
 	require.GreaterOrEqual(t, calls, 1)
 
 	// Woken, a long-polling waiter still sees its count at once.
-	go func() { time.Sleep(20 * time.Millisecond); c.Store(1) }()
+	go func() { untilAsleep(c); c.Store(1) }()
 	t0 := time.Now()
 	require.NoError(t, c.WaitAtLeastPolling(1, time.Now().Add(10*time.Second), nil, time.Hour, futex))
 	require.Less(t, time.Since(t0), 5*time.Second)
+}
+
+// untilAsleep returns once a waiter sleeps on c's futex: the state the
+// wake-up tests need, reached without guessing how long it takes.
+func untilAsleep(c *Counter) {
+	for c.Sleepers() == 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
 }

@@ -205,3 +205,33 @@ func TestFlatRingAcrossNodes(t *testing.T) {
 		assert.InEpsilon(t, price, got, 0.1, "%s ring of %d bytes on %d x 8: simulated %g s, priced %g s", c.coll, c.bytes, c.nodes, got, price)
 	}
 }
+
+// TestSharedNodeLink checks the model's shared node link (tune.Model.NodeBW:
+// one NIC per host) against the simulator's node uplinks: the hierarchical
+// forms' level1 slices and halving-doubling's steps across nodes cross from
+// every rank of a node at once, so each sees the node's link split among
+// them; a flat ring across consecutive nodes crosses from one rank per node
+// and does not. Emulated hosts of 2 ranks on 1 Gb/s links (issue 17).
+func TestSharedNodeLink(t *testing.T) {
+	intra := tune.Link{Latency: 5e-6, Bandwidth: 3e9}
+	inter := tune.Link{Latency: 100e-6, Bandwidth: 125e6}
+	net := Net{Ranks: 8, PerNode: 2, Intra: intra, Inter: inter, NodeBW: inter.Bandwidth, ReduceBW: 20e9, Segment: 1 << 20}
+	m := tune.Model{Intra: intra, Inter: inter, NodeBW: net.NodeBW, ReduceBW: net.ReduceBW, Segment: net.Segment}
+	alone := m
+	alone.NodeBW = 0
+	s := tune.Shape{N: 8, Nodes: 4, PerNode: 2, Consecutive: true}
+	const bytes = 16 << 20
+	s.Bytes = bytes
+	for _, form := range []string{"level0:ring;level1:ring", "level0:ring;level1:rhd", "rhd", "ring"} {
+		c := named(t, tune.AllReduce, form, net)
+		sim, err := Run(net, tune.AllReduce, c, bytes)
+		require.NoError(t, err, form)
+		priced := m.Cost(c, s)
+		assert.InEpsilon(t, sim, priced, 0.10, "%s: simulated %g, priced %g", form, sim, priced)
+		if form == "ring" {
+			assert.InEpsilon(t, alone.Cost(c, s), priced, 1e-9, "a flat ring crosses from one rank per node")
+		} else {
+			assert.Greater(t, priced, 1.5*alone.Cost(c, s), "%s: two ranks share each node's link", form)
+		}
+	}
+}

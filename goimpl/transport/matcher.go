@@ -76,14 +76,19 @@ type peerQueue struct {
 	// heard is the highest sequence number of a collective frame that
 	// arrived from the peer, for timeout messages.
 	heard uint64
+	// early is the payload bytes of the peer's stashed frames: what the
+	// peer made this rank hold before the receives were posted (see
+	// ArriveBounded).
+	early int
 }
 
 // Matcher pairs arriving frames with posted receives for one rank. Frames of
 // collectives from one peer match receives in posting order, and each must
 // carry exactly the expected header; point-to-point frames match by tag, in
 // order within a (peer, tag). A frame that arrives before its receive is
-// posted is kept (stashed) until it is, so a sender never waits for the
-// receiver's program to reach its receive.
+// posted is kept (stashed) until it is, so a sender need not wait for the
+// receiver's program to reach its receive; links that can hold a sender back
+// (TCP) bound what each peer makes the matcher keep (ArriveBounded).
 //
 // An abort frame (KindAbort) matches no receive: it closes the matcher with
 // a PeerAbortError carrying the peer's error text, so every waiting and later
@@ -104,11 +109,99 @@ type Matcher struct {
 	// ops is this rank's own collectives as Begin announced them, for the
 	// comparisons of ops.go.
 	ops opLog
+	// earlyLimit bounds each peer's early bytes for links that call
+	// ArriveBounded; 0 means no bound. room is signalled, under mu, when a
+	// waiting frame may now fit or match: a receive posted, an early frame
+	// taken, the matcher closed, a link woken (Wake).
+	earlyLimit int
+	room       *sync.Cond
 }
 
 // NewMatcher returns the matcher of rank in a group of size ranks.
 func NewMatcher(rank, size int) *Matcher {
-	return &Matcher{rank: rank, peers: make([]peerQueue, size), closedCh: make(chan struct{})}
+	m := &Matcher{rank: rank, peers: make([]peerQueue, size), closedCh: make(chan struct{})}
+	m.room = sync.NewCond(&m.mu)
+	return m
+}
+
+// SetEarlyLimit bounds the payload bytes of frames from any one peer that
+// the matcher holds before their receives are posted, for links whose
+// receive side calls ArriveBounded; 0 removes the bound. Call it before the
+// links start.
+func (m *Matcher) SetEarlyLimit(n int) {
+	m.mu.Lock()
+	m.earlyLimit = max(n, 0)
+	m.mu.Unlock()
+}
+
+// EarlyBytes returns the payload bytes of frames from peer held for
+// receives not posted yet.
+func (m *Matcher) EarlyBytes(peer int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peers[peer].early
+}
+
+// ArriveBounded is Arrive for a link that can stop reading its connection
+// (a stream socket, whose sender then blocks in the kernel): when the frame
+// matches no posted receive and keeping it would take the peer's early bytes
+// above the limit (SetEarlyLimit), it waits, holding the frame's header and
+// leaving its payload in the connection, until the receive is posted or
+// earlier frames are taken. That is the back-pressure that bounds what a
+// peer can make this rank hold: the frames behind it stay in the sender's
+// socket and then in its Send. gone reports that the link is closing; it is
+// checked at every wake-up (Wake). A frame larger than the limit is never
+// kept: it waits for its receive.
+//
+// Frames from one peer are read in order, so the receive the waiting frame
+// needs is the next one the receiver posts for that peer in collective order:
+// collectives cannot deadlock on the bound (every schedule posts a step's
+// receives before it sends the step). Point-to-point programs that post
+// receives in another order than their peer sends, beyond the limit, wait
+// until the sender's deadline.
+func (m *Matcher) ArriveBounded(peer int, h *Header, gone func() bool) (dst []byte, r *Recv, discard bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed == nil && h.Kind != KindAbort {
+		m.heardFrom(peer, h)
+	}
+	for {
+		if m.closed != nil || gone() {
+			return nil, nil, true
+		}
+		if h.Kind == KindAbort {
+			return nil, nil, false // bounded by MaxAbortText; it closes the matcher
+		}
+		r, ok := m.matchArrival(peer, h)
+		if !ok {
+			return nil, nil, true
+		}
+		if r != nil {
+			r.state.Store(recvClaimed)
+			return r.Buf, r, false
+		}
+		pq := &m.peers[peer]
+		if m.earlyLimit == 0 || h.Len == 0 || pq.early+int(h.Len) <= m.earlyLimit {
+			return nil, nil, false
+		}
+		m.room.Wait()
+	}
+}
+
+// Wake wakes every link waiting in ArriveBounded, so that one whose gone
+// now reports true returns.
+func (m *Matcher) Wake() {
+	m.mu.Lock()
+	m.room.Broadcast()
+	m.mu.Unlock()
+}
+
+// tookEarly records that a stashed frame of n bytes from peer was taken.
+func (m *Matcher) tookEarly(peer, n int) {
+	m.peers[peer].early -= n
+	if m.earlyLimit > 0 && n > 0 {
+		m.room.Broadcast()
+	}
 }
 
 // Arrive is called by a link's receive side for each decoded header from
@@ -268,6 +361,7 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 	}
 	s := stashed{h: *h, buf: buf, order: m.nextArr}
 	m.nextArr++
+	m.peers[peer].early += len(buf)
 	if h.Kind.IsP2P() {
 		m.peers[peer].p2pStash.push(s)
 	} else {
@@ -341,6 +435,7 @@ func (m *Matcher) Post(r *Recv) {
 			return
 		}
 		pq.p2p.push(r)
+		m.posted()
 		return
 	}
 	if pq.collStash.len() > 0 {
@@ -352,6 +447,15 @@ func (m *Matcher) Post(r *Recv) {
 		return
 	}
 	pq.coll.push(r)
+	m.posted()
+}
+
+// posted wakes links waiting in ArriveBounded: the receive just queued may
+// be the one a waiting frame needs.
+func (m *Matcher) posted() {
+	if m.earlyLimit > 0 {
+		m.room.Broadcast()
+	}
 }
 
 func (m *Matcher) postAny(r *Recv) {
@@ -373,10 +477,12 @@ func (m *Matcher) postAny(r *Recv) {
 		return
 	}
 	m.any.push(r)
+	m.posted()
 }
 
 func (m *Matcher) fillFromStash(r *Recv, peer int, s stashed) {
 	r.Source = peer
+	m.tookEarly(peer, len(s.buf))
 	var err error
 	if s.h.Kind.IsP2P() {
 		err = checkP2P(m.rank, peer, &r.Want, &s.h)
@@ -561,7 +667,9 @@ func (m *Matcher) close(err error) {
 		}
 		pq.collStash.clear()
 		pq.p2pStash.clear()
+		pq.early = 0
 	}
+	m.room.Broadcast()
 	for m.any.len() > 0 {
 		m.complete(m.any.remove(0), err)
 	}

@@ -11,8 +11,10 @@ import (
 // the link, hands every frame from that peer to the rank's Matcher and
 // reports a lost connection with Matcher.Fail.
 type Link interface {
-	// Send writes one frame. It returns once payload may be reused; it
-	// never waits for the peer's program to post the matching receive.
+	// Send writes one frame. It returns once payload may be reused. It
+	// does not wait for the peer's program to post the matching receive
+	// unless the peer already holds its bound of early frames from this
+	// rank (TCP: GOHCCL_EARLY_BYTES, docs/protocol.md "Flow").
 	Send(h *Header, payload []byte, deadline time.Time) error
 	// Class names the transport, for logs: "tcp", "shm", "inproc".
 	Class() string

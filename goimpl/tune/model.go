@@ -17,6 +17,10 @@ type Link struct {
 type Model struct {
 	Intra Link // between ranks of one node
 	Inter Link // between nodes
+	// NodeBW is each node's link to the others in bytes per second each
+	// way, shared by the traffic of all its ranks across nodes (one NIC
+	// per host); 0: every rank has a link of its own (one NIC per rank).
+	NodeBW float64
 	// ReduceBW is the speed of the reduce kernels in bytes of input per
 	// second (memory bound beyond the caches, DESIGN.md).
 	ReduceBW float64
@@ -91,6 +95,17 @@ func (m Model) frames(b float64) float64 {
 		return 1
 	}
 	return math.Max(1, math.Ceil(b/float64(m.Segment)))
+}
+
+// shared returns the inter-node link as each of k ranks of a node sees it
+// while all of them cross at once: their node's link split k ways, where
+// that is less than a rank's own.
+func (m Model) shared(k int) Link {
+	l := m.Inter
+	if m.NodeBW > 0 && k > 1 {
+		l.Bandwidth = math.Min(l.Bandwidth, m.NodeBW/float64(k))
+	}
+	return l
 }
 
 func log2floor(n int) int { return bits.Len(uint(n)) - 1 }
@@ -233,13 +248,17 @@ func (m Model) halving(s Shape, S float64) float64 {
 // rhdLink is the link of a halving or doubling exchange over distance d in
 // virtual ranks: inside a node when the nodes' ranks are consecutive and the
 // partners' distance in ranks, d, or up to 2d when folded ranks sit between
-// virtual ranks, is below the node size; else the flat link.
+// virtual ranks, is below the node size; else the flat link, which every
+// rank of a node crosses at once when the nodes are consecutive and even.
 func (m Model) rhdLink(s Shape, d int) Link {
 	if s.N&(s.N-1) != 0 {
 		d *= 2
 	}
-	if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 && d < s.PerNode {
-		return m.Intra
+	if s.Nodes > 1 && s.Consecutive && s.PerNode > 0 {
+		if d < s.PerNode {
+			return m.Intra
+		}
+		return m.shared(s.PerNode)
 	}
 	return m.flat(s)
 }

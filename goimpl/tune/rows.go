@@ -220,7 +220,11 @@ func levelsRow(coll Coll, run func(x *Exec, c Choice, a *Args) error) *Row {
 			if s.N <= 1 || s.Bytes <= 0 {
 				return 0
 			}
-			return c.Level0.Cost(m, coll, s) + c.Level1.Cost(m, crossShape(s), Choice{Row: c.Level1, Segment: c.Segment})
+			// The node's PerNode slices cross at once: each level1
+			// group sees its share of the node's link.
+			cross := m
+			cross.Inter = m.shared(s.PerNode)
+			return c.Level0.Cost(m, coll, s) + c.Level1.Cost(cross, crossShape(s), Choice{Row: c.Level1, Segment: c.Segment})
 		},
 		Run: run}
 }

@@ -16,9 +16,26 @@ from gohccl import _C
 
 __version__ = _C.version()
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "dump_trace"]
 
-# The creator receives (store, group rank, group size, timeout): the form
-# without extended_api. Registering again, as a re-import would, just
-# replaces the same entry.
-_dist.Backend.register_backend("gohccl", _C.create_backend, devices=["cpu"])
+
+def dump_trace(dir=None):
+    """Write the flight record of every gohccl communicator of this process
+    into dir (default: GOHCCL_TRACE_DIR) and return the paths; see
+    gohccl.trace.dump_trace and docs/trace.md."""
+    from gohccl import trace  # not at import: `python -m gohccl.trace` runs it as __main__
+    return trace.dump_trace(dir)
+
+
+def _register_backend():
+    """Registers "gohccl" with torch.distributed. It runs at import, and torch
+    calls it through the entry point of group `torch.distributed.backends`
+    (pyproject.toml) when init_process_group meets the name "gohccl" before
+    anyone imported gohccl."""
+    # The creator receives (store, group rank, group size, timeout): the form
+    # without extended_api. Registering again, as a re-import or the entry
+    # point does, just replaces the same entry.
+    _dist.Backend.register_backend("gohccl", _C.create_backend, devices=["cpu"])
+
+
+_register_backend()

@@ -116,7 +116,10 @@ func TestFrameSizes(t *testing.T) {
 					require.NoError(t, h.links[from][to].Send(&hd, payload, soon()))
 					clear(payload) // the sender may reuse its buffer at once
 					if !posted {
-						time.Sleep(time.Millisecond)
+						// Post once the receive goroutine has taken the
+						// whole frame off the ring: it waits in the stash.
+						in := &h.links[to][from].(*Link).in
+						until(t, "the receiver drained the ring", func() bool { return in.head.Load() == in.tail.Load() })
 						h.matchers[to].Post(&r)
 					}
 					require.NoError(t, h.matchers[to].Wait(&r, soon()))
@@ -237,7 +240,9 @@ func TestCloseFailsPeer(t *testing.T) {
 	ownWaits := transport.Recv{Peer: 9, Want: hd, Buf: make([]byte, 10)}
 	h.matchers[0].Post(&ownWaits)
 
-	time.Sleep(20 * time.Millisecond) // let both receive goroutines fall asleep on their futex
+	until(t, "both receive goroutines sleep on their futex", func() bool {
+		return h.links[0][1].(*Link).in.tail.Sleepers() > 0 && h.links[1][0].(*Link).in.tail.Sleepers() > 0
+	})
 	start := time.Now()
 	require.NoError(t, h.links[0][1].Close())
 	assert.Less(t, time.Since(start), 100*time.Millisecond, "Close wakes its sleeping receive goroutine")
@@ -295,7 +300,7 @@ func TestPeerGoneDeliversFirst(t *testing.T) {
 	h := newHost(t, []int{0, 1}, 2, testRing)
 	small := p2pHeader(6, 3)
 	require.NoError(t, h.links[0][1].Send(&small, []byte("abc"), soon()))
-	time.Sleep(20 * time.Millisecond) // the receive goroutine falls asleep on its futex
+	until(t, "the receive goroutine sleeps on its futex", func() bool { return h.links[1][0].(*Link).in.tail.Sleepers() > 0 })
 	gone := fmt.Errorf("%w: rank 0 closed the connection", transport.ErrPeerLost)
 	start := time.Now()
 	h.links[1][0].(*Link).PeerGone(gone)
@@ -393,7 +398,10 @@ func TestCorruptRing(t *testing.T) {
 			good.Encode(b[:])
 			r.put(0, b[:])
 			r.tail.Store(transport.HeaderSize + 4)
-			time.Sleep(5 * time.Millisecond)
+			// The receiver has seen the half frame and waits for the rest.
+			for deadline := time.Now().Add(10 * time.Second); r.tail.Sleepers() == 0 && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Microsecond)
+			}
 			r.tail.Store(3)
 		},
 	}
@@ -525,4 +533,15 @@ func TestParseStat(t *testing.T) {
 	assert.True(t, gone.dead(self, &r), "a reused pid is a dead peer")
 	allocs := testing.AllocsPerRun(100, func() { self.dead(self, &r) })
 	assert.Zero(t, allocs, "a liveness check allocates nothing")
+}
+
+// until waits for cond (a state another goroutine reaches), failing the test
+// after 10 s with what it waited for.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
 }

@@ -5,15 +5,14 @@
 // Each link sends on the caller's goroutine (one writev per frame, under the
 // link's lock) and receives on a goroutine of its own that reads headers and
 // reads payloads straight into posted receive buffers, or stashes them when
-// the receive is not posted yet. Because that goroutine always drains the
-// socket, a send never waits for the peer's program to reach its receive,
-// and a ring of ranks that all send before they receive cannot deadlock.
+// the receive is not posted yet, up to the matcher's early-frame limit per
+// peer (GOHCCL_EARLY_BYTES). Past it the goroutine stops reading until the
+// receive is posted, and TCP's own window holds the sender back: a peer
+// cannot grow this rank's memory without bound (docs/protocol.md, "Flow").
 package tcp
 
 import (
 	"bufio"
-	"crypto/subtle"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,300 +20,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/transport"
 )
-
-// Identity is what both ends of a connection must share.
-type Identity struct {
-	CommID [16]byte
-	Token  [16]byte
-	Size   int
-}
-
-// Handshake layout: the connecting rank sends helloSize bytes, the accepting
-// rank answers with ackSize bytes.
-const (
-	helloSize = 64
-	ackSize   = 16
-	// handshakeTimeout bounds how long a connection may take to present its
-	// handshake, so a silent stray connection cannot hold a slot.
-	handshakeTimeout = 5 * time.Second
-	protoVersion     = 1
-)
-
-var helloMagic = [8]byte{'g', 'o', 'h', 'c', 'c', 'l', 'H', 'I'}
-var ackMagic = [8]byte{'g', 'o', 'h', 'c', 'c', 'l', 'O', 'K'}
-
-// hello is the connecting side's handshake.
-type hello struct {
-	Version  uint32
-	From, To uint32
-	Size     uint32
-	CommID   [16]byte
-	Token    [16]byte
-}
-
-func (h *hello) encode(b []byte) {
-	copy(b[0:8], helloMagic[:])
-	binary.LittleEndian.PutUint32(b[8:], h.Version)
-	binary.LittleEndian.PutUint32(b[12:], h.From)
-	binary.LittleEndian.PutUint32(b[16:], h.To)
-	binary.LittleEndian.PutUint32(b[20:], h.Size)
-	copy(b[24:40], h.CommID[:])
-	copy(b[40:56], h.Token[:])
-	clear(b[56:64])
-}
-
-// decodeHello parses a handshake without trusting any of it.
-func decodeHello(b []byte) (hello, error) {
-	var h hello
-	if len(b) != helloSize {
-		return h, fmt.Errorf("handshake of %d bytes, want %d", len(b), helloSize)
-	}
-	if [8]byte(b[0:8]) != helloMagic {
-		return h, errors.New("handshake has bad magic (not a gohccl peer)")
-	}
-	h.Version = binary.LittleEndian.Uint32(b[8:])
-	h.From = binary.LittleEndian.Uint32(b[12:])
-	h.To = binary.LittleEndian.Uint32(b[16:])
-	h.Size = binary.LittleEndian.Uint32(b[20:])
-	copy(h.CommID[:], b[24:40])
-	copy(h.Token[:], b[40:56])
-	if h.Version != protoVersion {
-		return h, fmt.Errorf("handshake speaks protocol version %d, this library %d", h.Version, protoVersion)
-	}
-	for _, c := range b[56:64] {
-		if c != 0 {
-			return h, errors.New("handshake has reserved bytes set")
-		}
-	}
-	return h, nil
-}
-
-// verify checks a decoded handshake against this rank's identity.
-func (h *hello) verify(id *Identity, rank int) error {
-	if h.CommID != id.CommID {
-		return errors.New("handshake is for another communicator")
-	}
-	if subtle.ConstantTimeCompare(h.Token[:], id.Token[:]) != 1 {
-		return errors.New("handshake carries a wrong token")
-	}
-	if int(h.Size) != id.Size || int(h.To) != rank {
-		return fmt.Errorf("handshake is for rank %d of %d, this is rank %d of %d", h.To, h.Size, rank, id.Size)
-	}
-	if int(h.From) <= rank || int(h.From) >= id.Size {
-		return fmt.Errorf("handshake from rank %d, which does not connect to rank %d", h.From, rank)
-	}
-	return nil
-}
-
-// Listener accepts the connections of higher ranks during bootstrap.
-type Listener struct {
-	ln *net.TCPListener
-}
-
-// Listen opens a listening socket on ip (any free port). ip must be an
-// address, not a name: anything else would silently bind every interface.
-// Only "0.0.0.0" or "::" (asked for explicitly) listens on all of them.
-func Listen(ip string) (*Listener, error) {
-	addr := net.ParseIP(ip)
-	if addr == nil {
-		return nil, fmt.Errorf("listening on %q: not an IP address", ip)
-	}
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: addr})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", ip, err)
-	}
-	return &Listener{ln: ln}, nil
-}
-
-// Addr returns host:port for peers to dial.
-func (l *Listener) Addr() string { return l.ln.Addr().String() }
-
-// Close stops listening.
-func (l *Listener) Close() error { return l.ln.Close() }
-
-// Logf receives warnings about rejected connections.
-type Logf func(format string, args ...any)
-
-// AcceptPeers accepts one verified connection from each rank in peers
-// (ranks above rank) until deadline. A connection that fails its handshake
-// is logged and dropped; it never fails the bootstrap.
-func (l *Listener) AcceptPeers(id *Identity, rank int, peers []int, deadline time.Time, warn Logf) (map[int]*net.TCPConn, error) {
-	want := make(map[int]bool, len(peers))
-	for _, p := range peers {
-		want[p] = true
-	}
-	got := make(map[int]*net.TCPConn, len(peers))
-	type result struct {
-		from int
-		conn *net.TCPConn
-	}
-	results := make(chan result)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var pmu sync.Mutex
-	pending := map[*net.TCPConn]bool{} // connections still in their handshake
-	defer func() {
-		close(stop)
-		l.ln.SetDeadline(time.Now()) // unblock the accept loop
-		pmu.Lock()
-		for c := range pending {
-			c.Close() // a silent connection must not hold up the bootstrap
-		}
-		pmu.Unlock()
-		wg.Wait()
-		l.ln.SetDeadline(time.Time{})
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.ln.AcceptTCP()
-			if err != nil {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					return
-				}
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			pmu.Lock()
-			pending[c] = true
-			pmu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				from, err := serverHandshake(c, id, rank, deadline)
-				pmu.Lock()
-				delete(pending, c)
-				pmu.Unlock()
-				if err != nil {
-					warn("dropped a connection from %s: %v", c.RemoteAddr(), err)
-					c.Close()
-					return
-				}
-				select {
-				case results <- result{from, c}:
-				case <-stop:
-					c.Close()
-				}
-			}()
-		}
-	}()
-	l.ln.SetDeadline(deadline)
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for len(got) < len(want) {
-		select {
-		case r := <-results:
-			if !want[r.from] || got[r.from] != nil {
-				warn("dropped a second connection claiming to be rank %d", r.from)
-				r.conn.Close()
-				continue
-			}
-			got[r.from] = r.conn
-		case <-timer.C:
-			for _, c := range got {
-				c.Close()
-			}
-			var missing []int
-			for _, p := range peers {
-				if got[p] == nil {
-					missing = append(missing, p)
-				}
-			}
-			return nil, fmt.Errorf("%w: rank %d accepted no connection from ranks %v", transport.ErrTimeout, rank, missing)
-		}
-	}
-	return got, nil
-}
-
-func serverHandshake(c *net.TCPConn, id *Identity, rank int, deadline time.Time) (int, error) {
-	d := time.Now().Add(handshakeTimeout)
-	if deadline.Before(d) {
-		d = deadline
-	}
-	c.SetDeadline(d)
-	var b [helloSize]byte
-	if _, err := io.ReadFull(c, b[:]); err != nil {
-		return -1, fmt.Errorf("reading handshake: %w", err)
-	}
-	h, err := decodeHello(b[:])
-	if err == nil {
-		err = h.verify(id, rank)
-	}
-	if err != nil {
-		return -1, err
-	}
-	var a [ackSize]byte
-	copy(a[:8], ackMagic[:])
-	binary.LittleEndian.PutUint32(a[12:], uint32(rank))
-	if _, err := c.Write(a[:]); err != nil {
-		return -1, fmt.Errorf("answering handshake of rank %d: %w", h.From, err)
-	}
-	c.SetDeadline(time.Time{})
-	return int(h.From), nil
-}
-
-// Dial connects rank from to rank to at addr and performs the handshake,
-// retrying refused connections until deadline.
-func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCPConn, error) {
-	backoff := 5 * time.Millisecond
-	for {
-		c, err := dialOnce(addr, id, from, to, deadline)
-		if err == nil {
-			return c, nil
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return nil, fmt.Errorf("%w: rank %d could not connect to rank %d at %s: %v", transport.ErrTimeout, from, to, addr, err)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, syscall.ECONNRESET) {
-			return nil, fmt.Errorf("rank %d connecting to rank %d at %s: %w", from, to, addr, err)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 500*time.Millisecond)
-	}
-}
-
-func dialOnce(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCPConn, error) {
-	d := net.Dialer{Deadline: deadline}
-	nc, err := d.Dial("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	c := nc.(*net.TCPConn)
-	c.SetDeadline(deadline)
-	var b [helloSize]byte
-	h := hello{Version: protoVersion, From: uint32(from), To: uint32(to), Size: uint32(id.Size), CommID: id.CommID, Token: id.Token}
-	h.encode(b[:])
-	if _, err := c.Write(b[:]); err != nil {
-		c.Close()
-		return nil, err
-	}
-	var a [ackSize]byte
-	if _, err := io.ReadFull(c, a[:]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("rank %d refused the handshake (%v): is it the same job and communicator?", to, err)
-	}
-	if [8]byte(a[:8]) != ackMagic || int(binary.LittleEndian.Uint32(a[12:])) != to {
-		c.Close()
-		return nil, fmt.Errorf("peer at %s answered the handshake as something other than rank %d", addr, to)
-	}
-	c.SetDeadline(time.Time{})
-	return c, nil
-}
 
 // smallFrame is the largest payload copied beside its header into one write;
 // larger ones go out with writev straight from the caller's memory.
@@ -335,6 +44,8 @@ type Link struct {
 	// onLost, when set, is told of the connection's end instead of the
 	// matcher (OnLost).
 	onLost atomic.Pointer[func(error)]
+	// ctl names the peer and watches that it is alive (liveness.go).
+	ctl peerControl
 
 	wmu sync.Mutex
 	// wfailed is set after a write that sent part of a frame: the stream may
@@ -343,16 +54,23 @@ type Link struct {
 	wbuf    []byte
 	iov     net.Buffers
 	iovArr  [2][]byte // backs iov: WriteTo consumes its slice, reslicing the array allocates nothing
+
+	// st holds the extra connections of a striped link (stripe.go).
+	st stripeSet
 }
 
 // NewLink wraps an established connection to peer and starts its receive
 // side, which delivers into m.
 func NewLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
-	conn.SetNoDelay(true)
-	l := &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
-		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
+	l := newLink(conn, peer, m)
 	go l.receive()
 	return l
+}
+
+func newLink(conn *net.TCPConn, peer int, m *transport.Matcher) *Link {
+	conn.SetNoDelay(true)
+	return &Link{peer: peer, conn: conn, matcher: m, done: make(chan struct{}),
+		wbuf: make([]byte, transport.HeaderSize+smallFrame)}
 }
 
 // Class implements transport.Link.
@@ -370,6 +88,13 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 	}
 	l.conn.SetWriteDeadline(deadline)
 	h.Encode(l.wbuf)
+	k, first, base := l.st.split(len(payload))
+	if k > 1 {
+		// Parts 1..k-1 go out on the other stripes while this goroutine
+		// writes the header and part 0.
+		l.st.sendParts(payload, k, first, base, deadline)
+		payload = payload[:first]
+	}
 	var err error
 	var sent int64
 	if len(payload) <= smallFrame {
@@ -382,11 +107,19 @@ func (l *Link) Send(h *transport.Header, payload []byte, deadline time.Time) err
 		l.iov = l.iovArr[:]
 		sent, err = l.iov.WriteTo(l.conn)
 	}
+	if k > 1 {
+		if serr := l.st.waitSent(k); serr != nil {
+			sent = 1 // some stripe may have stopped inside its part
+			if err == nil {
+				err = serr
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w: rank %d did not take the data in time", transport.ErrTimeout, l.peer)
+			err = fmt.Errorf("%w: rank %d did not take the data in time (it stopped reading: stalled, or it holds GOHCCL_EARLY_BYTES of this rank's frames whose receives it has not posted)", transport.ErrTimeout, l.peer)
 		} else {
-			err = fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
+			err = l.lostErr(err)
 		}
 		if sent > 0 {
 			l.wfailed = fmt.Errorf("%w (an earlier send to rank %d stopped inside a frame: %v)", transport.ErrClosed, l.peer, err)
@@ -403,12 +136,18 @@ func (l *Link) Close() error {
 		return nil
 	}
 	err := l.conn.Close()
+	l.st.closeConns()
+	l.matcher.Wake() // a receive side holding back an early frame returns
 	<-l.done
+	l.wmu.Lock()
+	l.st.stopWriters()
+	l.wmu.Unlock()
 	return err
 }
 
 func (l *Link) receive() {
 	defer close(l.done)
+	defer l.st.stopReaders()
 	br := bufio.NewReaderSize(l.conn, readBuffer)
 	var hb [transport.HeaderSize]byte
 	var h transport.Header
@@ -421,10 +160,10 @@ func (l *Link) receive() {
 			l.lost(fmt.Errorf("%w: %v", transport.ErrProtocol, err))
 			return
 		}
-		dst, r, discard := l.matcher.Arrive(l.peer, &h)
+		dst, r, discard := l.matcher.ArriveBounded(l.peer, &h, l.closed.Load)
 		switch {
 		case r != nil:
-			_, err := io.ReadFull(br, dst)
+			err := l.readPayload(br, dst)
 			if err != nil {
 				l.matcher.Complete(r, l.lostErr(err))
 				l.lost(err)
@@ -432,13 +171,13 @@ func (l *Link) receive() {
 			}
 			l.matcher.Complete(r, nil)
 		case discard:
-			if _, err := br.Discard(int(h.Len)); err != nil {
+			if err := l.discardPayload(br, int(h.Len)); err != nil {
 				l.lost(err)
 				return
 			}
 		default:
 			buf := l.matcher.StashBuffer(int(h.Len))
-			if _, err := io.ReadFull(br, buf); err != nil {
+			if err := l.readPayload(br, buf); err != nil {
 				l.lost(err)
 				return
 			}
@@ -448,16 +187,19 @@ func (l *Link) receive() {
 }
 
 func (l *Link) lostErr(err error) error {
+	if c := l.ctl.cause.Load(); c != nil {
+		return *c
+	}
 	if l.closed.Load() {
 		return fmt.Errorf("%w: the link to rank %d was closed", transport.ErrClosed, l.peer)
 	}
 	if errors.Is(err, transport.ErrProtocol) {
-		return fmt.Errorf("rank %d sent a corrupt frame: %w", l.peer, err)
+		return fmt.Errorf("%s sent a corrupt frame: %w", l.who(), err)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: rank %d closed the connection (did it exit or fail?)", transport.ErrPeerLost, l.peer)
+		return fmt.Errorf("%w: %s closed the connection (did it exit or fail?)", transport.ErrPeerLost, l.who())
 	}
-	return fmt.Errorf("%w: rank %d: %v", transport.ErrPeerLost, l.peer, err)
+	return fmt.Errorf("%w: %s: %v", transport.ErrPeerLost, l.who(), err)
 }
 
 // lost records the end of the connection; the socket is closed too, so the
@@ -469,6 +211,7 @@ func (l *Link) lost(err error) {
 		l.matcher.Fail(l.peer, l.lostErr(err))
 	}
 	l.conn.Close()
+	l.st.closeConns()
 }
 
 // OnLost hands the end of the connection to f rather than failing the

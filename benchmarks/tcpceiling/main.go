@@ -1,0 +1,161 @@
+// Command tcpceiling measures what plain TCP carries between two hosts: one
+// stream, then several at once, each writing large buffers for a fixed time.
+// It is the ceiling the gohccl TCP path is judged against (docs/transports.md).
+//
+// Run it on two hosts at once: the receiver (-role recv) listens, the sender
+// (-role send) connects to it. Under tests/netns.py one command serves both:
+//
+//	go build -o /tmp/tcpceiling ./benchmarks/tcpceiling
+//	python tests/netns.py up --hosts 2 [--rate 1gbit] -- /tmp/tcpceiling -host {host} -peer {master}
+//
+// Host 0 receives, host 1 sends. The sender reports, per stream count, the
+// bytes the receiver confirmed it read divided by the time from the first
+// write to that confirmation, so socket buffers do not inflate the figure.
+package main
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	host := flag.Int("host", 0, "host index: 0 receives, 1 sends")
+	peer := flag.String("peer", "", "receiver's address (the sender dials it; the receiver listens on it)")
+	port := flag.Int("port", 29600, "TCP port")
+	streams := flag.String("streams", "1,2,4,8", "stream counts to measure, in order")
+	secs := flag.Float64("seconds", 2, "seconds each measurement sends")
+	chunk := flag.Int("chunk", 4<<20, "bytes per write")
+	flag.Parse()
+	var counts []int
+	for _, s := range strings.Split(*streams, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			fail(fmt.Errorf("bad stream count %q", s))
+		}
+		counts = append(counts, n)
+	}
+	addr := net.JoinHostPort(*peer, strconv.Itoa(*port))
+	if *host == 0 {
+		fail(receive(addr, counts))
+		return
+	}
+	fail(send(addr, counts, time.Duration(*secs*float64(time.Second)), *chunk))
+}
+
+func fail(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tcpceiling:", err)
+		os.Exit(1)
+	}
+}
+
+// receive accepts, for each count, that many connections; each is read to
+// its end and answered with the number of bytes read.
+func receive(addr string, counts []int) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	for _, n := range counts {
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				b := make([]byte, 1<<20)
+				var total uint64
+				for {
+					k, err := c.Read(b)
+					total += uint64(k)
+					if err != nil {
+						break
+					}
+				}
+				var out [8]byte
+				binary.LittleEndian.PutUint64(out[:], total)
+				c.Write(out[:])
+			}()
+		}
+		wg.Wait()
+	}
+	return nil
+}
+
+func send(addr string, counts []int, d time.Duration, chunk int) error {
+	data := make([]byte, chunk)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	fmt.Printf("%-8s %12s %12s\n", "streams", "Gbit/s", "GB/s")
+	for _, n := range counts {
+		conns := make([]*net.TCPConn, n)
+		for i := range conns {
+			var c net.Conn
+			var err error
+			for try := 0; ; try++ {
+				c, err = net.Dial("tcp", addr)
+				if err == nil || try > 100 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err != nil {
+				return err
+			}
+			conns[i] = c.(*net.TCPConn)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var total uint64
+		var firstErr error
+		start := time.Now()
+		stop := start.Add(d)
+		for _, c := range conns {
+			wg.Add(1)
+			go func(c *net.TCPConn) {
+				defer wg.Done()
+				defer c.Close()
+				for time.Now().Before(stop) {
+					if _, err := c.Write(data); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+						return
+					}
+				}
+				c.CloseWrite()
+				var in [8]byte
+				if _, err := io.ReadFull(c, in[:]); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				total += binary.LittleEndian.Uint64(in[:])
+				mu.Unlock()
+			}(c)
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return firstErr
+		}
+		el := time.Since(start).Seconds()
+		fmt.Printf("%-8d %12.2f %12.3f\n", n, float64(total)*8/el/1e9, float64(total)/el/1e9)
+	}
+	return nil
+}
