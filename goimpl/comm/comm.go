@@ -475,10 +475,11 @@ func (c *Comm) settle() error {
 // says something else: the engine's record holds the peer engine's own
 // words, the frame (sent over the links a moment later) its
 // communicator's, which add what the engine could not know. nil if none
-// arrives within abortGrace.
+// arrives within three abortGraces: the peer may itself take one to
+// complete its error (explainOrder) before it sends the frame.
 func (c *Comm) linkAbort(pa *transport.PeerAbortError) *transport.PeerAbortError {
 	m := c.mesh.Matcher()
-	for start := time.Now(); time.Since(start) < abortGrace; time.Sleep(time.Millisecond) {
+	for start := time.Now(); time.Since(start) < 3*abortGrace; time.Sleep(time.Millisecond) {
 		if merr := m.Err(); merr != nil {
 			var lpa *transport.PeerAbortError
 			if errors.As(merr, &lpa) && lpa != pa && lpa.Rank == pa.Rank && lpa.Cause != pa.Cause {

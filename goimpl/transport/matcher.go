@@ -162,7 +162,13 @@ func (m *Matcher) EarlyBytes(peer int) int {
 func (m *Matcher) ArriveBounded(peer int, h *Header, gone func() bool) (dst []byte, r *Recv, discard bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if h.Kind == KindAnnounce {
+		return nil, nil, m.closed != nil // no payload; compared in Stash
+	}
 	if m.closed == nil && h.Kind != KindAbort {
+		if m.compareArrival(peer, h) != nil {
+			return nil, nil, true
+		}
 		m.heardFrom(peer, h)
 	}
 	for {
