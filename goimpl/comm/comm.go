@@ -135,7 +135,7 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 		Recvs: make([]transport.Recv, 2*opt.Size+2)}
 	c.x = tune.Exec{Op: &c.op, Call: &c.call}
 	c.p2p.init()
-	mesh.Matcher().OnFail(c.fail)
+	mesh.Matcher().OnFail(c.failFromMatcher)
 	mesh.Matcher().SetWatch(announceAfter, c.watch)
 	return c
 }
@@ -368,7 +368,24 @@ func (c *Comm) failAt(err error, seq uint64) {
 			c.notifyPeers(seq, first)
 		}
 		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, first))
-		c.dumpOnFailure(first)
+	})
+	c.dumpOnFailure(c.Err())
+}
+
+// failFromMatcher is the matcher's OnFail: a mismatch it found on a frame's
+// arrival, perhaps while no op of this rank runs. It breaks the
+// communicator, tells the peers and closes the links as fail does, but
+// leaves the flight recorder's dump to the op in progress or the next one,
+// which records itself first.
+func (c *Comm) failFromMatcher(err error) {
+	if c.broken.CompareAndSwap(nil, &err) {
+		c.log.Warnf("communicator broken: %v", err)
+	}
+	c.failOnce.Do(func() {
+		if !c.closed.Load() {
+			c.notifyPeers(0, err)
+		}
+		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, err))
 	})
 }
 
@@ -625,6 +642,9 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}
 	if err := c.mesh.Matcher().Begin(&o.Stamp); err != nil {
+		// What arrived early for this op already shows a mismatch: it
+		// fails as begun (recorded, then ended), before any choice.
+		c.recordCollective(tune.Choice{})
 		return c.end(err)
 	}
 	return nil

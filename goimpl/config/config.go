@@ -283,11 +283,13 @@ func PhysicalMemory() int64 {
 // SharedVars are the variables every rank of a communicator must set alike:
 // the buffer decides the shared segment's layout and the chunking of every
 // schedule, the transport which links exist, the algorithm, nodes and the
-// tuner's figures which schedule every rank runs. Bootstrap compares them
+// tuner's figures within a node which schedule every rank runs. The figures
+// between nodes are not among them: every rank takes rank 0's (comm's
+// probe). Bootstrap compares them
 // and fails naming the variable and the ranks that differ. The others
 // (log level, interface, SIMD path, runtime libraries) are each rank's own.
 var SharedVars = []string{"GOHCCL_BUFFSIZE", "GOHCCL_TRANSPORT", "GOHCCL_ALGO", "GOHCCL_RANKS_PER_NODE",
-	"GOHCCL_INTRA_LATENCY", "GOHCCL_INTRA_BW", "GOHCCL_INTER_LATENCY", "GOHCCL_INTER_BW"}
+	"GOHCCL_INTRA_LATENCY", "GOHCCL_INTRA_BW"}
 
 // Shared returns the values of SharedVars as c holds them, normalised
 // (bytes as a number, names in lower case, figures in their units), so
@@ -305,8 +307,6 @@ func (c Config) Shared() map[string]string {
 		"GOHCCL_RANKS_PER_NODE": strconv.Itoa(c.RanksPerNode),
 		"GOHCCL_INTRA_LATENCY":  g(c.IntraLatency),
 		"GOHCCL_INTRA_BW":       g(c.IntraBW),
-		"GOHCCL_INTER_LATENCY":  g(c.InterLatency),
-		"GOHCCL_INTER_BW":       g(c.InterBW),
 	}
 }
 

@@ -137,7 +137,7 @@ func TestSharedSettings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, a.Shared(), b.Shared(), "per-rank settings must not count")
 	for name, val := range map[string]string{"GOHCCL_BUFFSIZE": "16M", "GOHCCL_TRANSPORT": "tcp", "GOHCCL_ALGO": "ring",
-		"GOHCCL_RANKS_PER_NODE": "2", "GOHCCL_INTRA_BW": "7", "GOHCCL_INTER_LATENCY": "3"} {
+		"GOHCCL_RANKS_PER_NODE": "2", "GOHCCL_INTRA_BW": "7", "GOHCCL_INTRA_LATENCY": "3"} {
 		c, err := Load(env(map[string]string{name: val}))
 		require.NoError(t, err, name)
 		assert.NotEqual(t, a.Shared()[name], c.Shared()[name], name)
