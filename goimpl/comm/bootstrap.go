@@ -179,7 +179,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		hosts[p] = peers[p].Host
 	}
 	// The inter-node link is measured before anything else uses the links.
-	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), opt.Config, deadline)
+	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), hosts, opt.Config, deadline)
 	if err != nil {
 		mesh.Close(err)
 		if loc != nil {

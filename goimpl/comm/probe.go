@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/config"
@@ -28,6 +29,12 @@ type interLink struct {
 }
 
 func (l interLink) valid() bool { return l.link.Bandwidth > 0 && l.link.Latency > 0 }
+
+// measuredLinks holds, per pair of hosts (and the settings that shape the
+// probe), the link rank 0 of an earlier communicator of this process
+// measured: torch makes a communicator per group, and the link does not
+// change between them.
+var measuredLinks sync.Map
 
 // The probe's shape: pings for the latency, then bursts each way at once in
 // rounds that double from probeFirst frames until one lasts probeLong or
@@ -59,7 +66,7 @@ const (
 // pair up and burst all at once (shared): if pair 0 gets less than 80% of
 // its rate alone beside the others, the nodes' ranks share one link.
 func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Mesh, t *topo.Topology,
-	cfg config.Config, deadline time.Time) (interLink, error) {
+	hosts []string, cfg config.Config, deadline time.Time) (interLink, error) {
 	if t.NumNodes() < 2 {
 		return interLink{}, nil
 	}
@@ -117,30 +124,37 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 	switch rank {
 	case 0:
 		given := cfg.InterLatency > 0 && cfg.InterBW > 0
+		// A link this process measured already, for an earlier
+		// communicator over the same two hosts, is not measured again.
+		cacheKey := ""
+		if len(hosts) == len(t.Node) {
+			cacheKey = fmt.Sprintf("%s\x00%s\x00%d\x00%d\x00%s", hosts[0], hosts[far], pairs, cfg.RanksPerNode, cfg.Transport)
+		}
+		cached, known := measuredLinks.Load(cacheKey)
+		known = known && cacheKey != ""
 		plan := "probe"
-		if given {
+		switch {
+		case given:
 			plan = "given"
+		case known:
+			plan = "known"
 		}
 		if err := store.Set(planKey, []byte(plan)); err != nil {
 			return interLink{}, fmt.Errorf("store: %v", err)
 		}
 		l := interLink{link: tune.Link{Latency: cfg.InterLatency, Bandwidth: cfg.InterBW}, source: "GOHCCL_INTER_LATENCY and GOHCCL_INTER_BW"}
-		if !given {
+		switch {
+		case given:
+		case known:
+			l = cached.(interLink)
+			l.source = "as measured for an earlier communicator of this process: " + l.source
+		default:
 			p := linkProbe{mesh: m, peer: far, deadline: deadline}
 			got, what, err := p.measure(true)
 			if err != nil {
 				return interLink{}, fmt.Errorf("measuring the link to rank %d on another node: %w", far, err)
 			}
-			l.source = fmt.Sprintf("measured between ranks 0 and %d: %s", far, what)
-			if cfg.InterLatency > 0 {
-				got.Latency = cfg.InterLatency
-				l.source += "; latency from GOHCCL_INTER_LATENCY"
-			}
-			if cfg.InterBW > 0 {
-				got.Bandwidth = cfg.InterBW
-				l.source += "; bandwidth from GOHCCL_INTER_BW"
-			}
-			l.link = got
+			l = interLink{link: got, source: fmt.Sprintf("measured between ranks 0 and %d: %s", far, what)}
 			frames := 0
 			if pairs >= 2 {
 				frames = p.frames
@@ -161,6 +175,17 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 				}
 				l.source += fmt.Sprintf("; beside %d other pairs: %.3f GB/s", pairs-1, rate/1e9)
 			}
+			if cacheKey != "" {
+				measuredLinks.Store(cacheKey, l)
+			}
+		}
+		if !given && cfg.InterLatency > 0 {
+			l.link.Latency = cfg.InterLatency
+			l.source += "; latency from GOHCCL_INTER_LATENCY"
+		}
+		if !given && cfg.InterBW > 0 {
+			l.link.Bandwidth = cfg.InterBW
+			l.source += "; bandwidth from GOHCCL_INTER_BW"
 		}
 		if err := store.Set(key, []byte(fmt.Sprintf("%g %g %g %s", l.link.Latency, l.link.Bandwidth, l.nodeBW, l.source))); err != nil {
 			return interLink{}, fmt.Errorf("store: %v", err)

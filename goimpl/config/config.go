@@ -43,7 +43,7 @@ var Vars = []Var{
 	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
 		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
 	{"GOHCCL_INTER_LATENCY", "microseconds", "",
-		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
+		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank; a later communicator over the same two hosts reuses them), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
 	{"GOHCCL_INTER_BW", "GB/s (decimal)", "",
 		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once, and if rank 0's pair gets under 80% of its rate alone beside the others, the ranks of a node are priced as sharing one link (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
