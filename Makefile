@@ -61,9 +61,13 @@ go-test: $(go.sum.stamp)
 # The suite runs twice: over the default transports (shared memory between
 # the ranks of this host) and with GOHCCL_TRANSPORT=tcp, the path ranks on
 # different hosts take.
+# The second pass leaves out the suites whose subject is not the transport
+# (packaging and tools, the benchmark's CLI, the flight recorder's dumps):
+# they ran in the first.
+ONCE := tests/test_packaging.py tests/test_bench.py tests/test_trace.py
 py-test: $(BUILT)
 	$(PY) -m pytest tests -q
-	GOHCCL_TRANSPORT=tcp $(PY) -m pytest tests -q
+	GOHCCL_TRANSPORT=tcp $(PY) -m pytest tests -q $(addprefix --ignore ,$(ONCE))
 
 capi-test: $(BUILT)
 	cmake -S . -B build/cmake -G Ninja -DGOHCCL_PYTHON=$(CURDIR)/$(PY) >/dev/null
@@ -76,6 +80,7 @@ test: go-vet go-test capi-test py-test
 # `pip wheel` here, then installed into a fresh venv that has this torch and
 # no Go on PATH, and used from torchrun without `import gohccl`, plus
 # `python -m gohccl.info` and `python -m gohccl.sim`. tests/test_packaging.py.
+# GOHCCL_WHEEL=path/to.whl checks a wheel built before instead.
 wheel-check: $(VENV)/.deps
 	GOHCCL_WHEEL_CHECK=1 $(PY) -m pytest tests/test_packaging.py -q -k wheel
 

@@ -630,6 +630,7 @@ def _check_fault(job: Job):
         msg = res["error"]
         named = [p for p in lost if re.search(rf"\brank {p}\b", msg)
                  and (names[p][0] in msg or names[p][1] in msg)]
+        print(f"{job.name} rank {r}: failed {took:.1f}s after the fault: {msg[:400]}")
         if took > FAULT_BOUND_S:
             problems.append(f"rank {r}: failed {took:.1f}s after the fault (bound {FAULT_BOUND_S:.0f}s): {msg[:300]}")
         if not named:
@@ -664,6 +665,7 @@ def test_socket_ifname_lo_across_hosts_fails_fast():
             continue
         took = res["failed"] - began
         msg = res["error"]
+        print(f"4x1 misconfig rank {r}: failed {took:.1f}s after the last rank began: {msg[:600]}")
         if took > FAULT_BOUND_S:
             problems.append(f"rank {r}: failed {took:.1f}s after the last rank began (bound "
                             f"{FAULT_BOUND_S:.0f}s): {msg[:300]}")

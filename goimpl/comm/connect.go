@@ -118,7 +118,7 @@ func connect(store rendezvous.Store, prefix string, ln *tcp.Listener, id *tcp.Id
 			c, err := tcp.DialPeerStripes(ctx, peers[p].Addr, id, rank, p, stripes[p], deadline, window)
 			if err != nil {
 				if ctx.Err() == nil || !errors.Is(err, context.Cause(ctx)) {
-					fail(fmt.Errorf("%v (%s)", err, peers[p].name(p)), true)
+					fail(fmt.Errorf("%v (rank %d runs on host %s)", err, p, hostname(peers[p].Host)), true)
 				}
 				return
 			}

@@ -72,11 +72,9 @@ func (l *Link) Watch(name string, timeout time.Duration) {
 	if timeout <= 0 {
 		return
 	}
-	if err := keepAlive(l.conn, timeout); err != nil {
-		// Without keepalive an idle link learns of a dead host only at the
-		// op's deadline; busy links are still watched.
-		_ = err
-	}
+	// Should keepalive be refused, an idle link learns of a dead host only
+	// at the op's deadline; busy links are still watched.
+	_ = keepAlive(l.conn, timeout)
 	tick := min(max(timeout/10, 50*time.Millisecond), time.Second)
 	go func() {
 		t := time.NewTicker(tick)
