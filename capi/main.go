@@ -85,7 +85,7 @@ func status(err error) C.gohccl_status {
 	switch {
 	case err == nil:
 		return C.GOHCCL_OK
-	case errors.Is(err, errConfig):
+	case errors.Is(err, errConfig), errors.Is(err, comm.ErrSettings):
 		return C.GOHCCL_ERR_CONFIG
 	case errors.Is(err, comm.ErrInvalid):
 		return C.GOHCCL_ERR_INVALID

@@ -47,7 +47,7 @@ enum {
   GOHCCL_ERR_MISMATCH = 4,   /* ranks issued different collectives */
   GOHCCL_ERR_BROKEN = 5,     /* the communicator failed earlier */
   GOHCCL_ERR_BOOTSTRAP = 6,  /* rendezvous or connection setup failed */
-  GOHCCL_ERR_CONFIG = 7,     /* a GOHCCL_* variable is malformed */
+  GOHCCL_ERR_CONFIG = 7,     /* a GOHCCL_* variable is malformed, or differs across ranks where it must agree */
   GOHCCL_ERR_CLOSED = 8,     /* the communicator was destroyed or aborted */
   GOHCCL_ERR_INTERNAL = 9    /* a bug: please report the message */
 };

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -22,7 +23,10 @@ type peerInfo struct {
 	Addr string `json:"addr"` // host:port of its listener
 	Host string `json:"host"` // host identity: hostname and boot id
 	PID  int    `json:"pid"`
-	Key  []byte `json:"key"` // X25519 public key its handshakes prove (JSON: base64)
+	// Settings are its values of the variables every rank must set
+	// alike (config.SharedVars), compared before anything else is built.
+	Settings map[string]string `json:"settings"`
+	Key      []byte            `json:"key"` // X25519 public key its handshakes prove (JSON: base64)
 }
 
 // New bootstraps rank opt.Rank of a group through store, which every rank
@@ -40,7 +44,7 @@ func New(store rendezvous.Store, opt Options) (*Comm, error) {
 		return nil, fmt.Errorf("%w: rank %d of a group of %d", ErrInvalid, opt.Rank, opt.Size)
 	}
 	if err := opt.Config.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 30 * time.Minute
@@ -51,6 +55,9 @@ func New(store rendezvous.Store, opt Options) (*Comm, error) {
 	log := NewLogger(opt.Config.Debug, opt.Rank, opt.Size)
 	deadline := time.Now().Add(opt.Timeout)
 	c, err := bootstrap(store, opt, log, deadline)
+	if errors.Is(err, ErrSettings) {
+		return nil, fmt.Errorf("%w on rank %d of %d: %w", ErrBootstrap, opt.Rank, opt.Size, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w on rank %d of %d: %v", ErrBootstrap, opt.Rank, opt.Size, err)
 	}
@@ -87,7 +94,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if ln != nil {
 		defer ln.Close()
 	}
-	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), Key: id.Key.PublicKey().Bytes()}
+	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), Key: id.Key.PublicKey().Bytes(), Settings: opt.Config.Shared()}
 	if ln != nil {
 		me.Addr = ln.Addr()
 	}
@@ -120,6 +127,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 	}
 
+	if err := compareSettings(peers); err != nil {
+		return nil, err
+	}
 	if id.Public, err = publicKeys(peers); err != nil {
 		return nil, err
 	}
@@ -154,7 +164,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	}
 	var facts meshFacts
 	if loc == nil || !loc.whole {
-		facts, err = agreeMesh(store, prefix, rank, peers, opt, loc, deadline)
+		facts, err = agreeMesh(store, prefix, rank, peers, opt, loc, deadline, matcher.Health)
 	}
 	mesh := transport.NewMesh(rank, tl, matcher)
 	if err != nil {
@@ -182,6 +192,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	}
 	c := newComm(mesh, opt, hex.EncodeToString(id.CommID[:4]), log)
 	c.local = loc
+	if loc != nil {
+		loc.engine.SetStop(c.engineStop)
+	}
 	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
@@ -195,6 +208,55 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 	}
 	return c, nil
+}
+
+// compareSettings fails when the ranks' values of a variable that must
+// agree differ, naming the variable and which ranks hold which value. Every
+// rank reads every rank's record, so every rank fails alike, before any
+// connection is made.
+func compareSettings(peers []peerInfo) error {
+	var problems []string
+	for _, name := range config.SharedVars {
+		byValue := map[string][]int{}
+		var order []string
+		for p := range peers {
+			if peers[p].Settings == nil {
+				continue // a record without settings (a test's): nothing to compare
+			}
+			v, ok := peers[p].Settings[name]
+			if !ok {
+				v = "(not reported)"
+			}
+			if byValue[v] == nil {
+				order = append(order, v)
+			}
+			byValue[v] = append(byValue[v], p)
+		}
+		if len(order) < 2 {
+			continue
+		}
+		parts := make([]string, len(order))
+		for i, v := range order {
+			parts[i] = fmt.Sprintf("%s on %s", v, rankList(byValue[v]))
+		}
+		problems = append(problems, fmt.Sprintf("%s differs: %s", name, strings.Join(parts, "; ")))
+	}
+	if problems == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: every rank must set these alike: %s", ErrSettings, strings.Join(problems, "; "))
+}
+
+// rankList writes "rank 3" or "ranks 0, 2".
+func rankList(ranks []int) string {
+	if len(ranks) == 1 {
+		return fmt.Sprintf("rank %d", ranks[0])
+	}
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = fmt.Sprint(r)
+	}
+	return "ranks " + strings.Join(s, ", ")
 }
 
 // capProcs caps GOMAXPROCS by the number of ranks on this host.

@@ -38,6 +38,10 @@ var (
 	ErrBroken = errors.New("communicator is broken by an earlier error")
 	// ErrBootstrap: the ranks could not find or connect to each other.
 	ErrBootstrap = errors.New("bootstrap failed")
+	// ErrSettings: the ranks' values of a GOHCCL_* variable that must be
+	// the same on every rank (config.SharedVars) differ; a bootstrap
+	// failure of the configuration's kind.
+	ErrSettings = errors.New("settings differ across ranks")
 )
 
 // maxSegment caps the streaming unit: reduce kernels run at memory speed
@@ -76,6 +80,10 @@ type Comm struct {
 	seq     uint64
 	op      algo.Op
 	scratch []byte
+
+	// announced is the sequence number of the last collective this rank
+	// announced to its peers (watch).
+	announced atomic.Uint64
 
 	broken   atomic.Pointer[error]
 	failOnce sync.Once // the first failure notifies the peers and closes the mesh
@@ -127,7 +135,53 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 		Recvs: make([]transport.Recv, 2*opt.Size+2)}
 	c.x = tune.Exec{Op: &c.op, Call: &c.call}
 	c.p2p.init()
+	mesh.Matcher().OnFail(c.failFromMatcher)
+	mesh.Matcher().SetWatch(announceAfter, c.watch)
 	return c
+}
+
+// announceAfter is how long a collective waits before it tells its peers
+// which op it is in (and how often a sleeping receive looks at the
+// watch): long past a small op's round trip (microseconds to a
+// millisecond), so that ops that flow announce nothing, and short enough
+// that a mismatch no frame reveals is named at once to a person.
+const announceAfter = 10 * time.Millisecond
+
+// watch runs while a collective of this rank waits (the links' receives
+// every announceAfter, the engine's waits between sleeps): the first time
+// in each op it sends every peer an announce frame with the op's stamp, so
+// that a peer which runs another op as this sequence number, and shares no
+// frame with this rank in it (a rooted op with another root, an op of the
+// shared-memory engine against one of the links), names the mismatch at
+// once. The peers compare it in their matchers (transport.Matcher.Begin).
+func (c *Comm) watch() error {
+	seq := c.op.Stamp.Seq
+	if old := c.announced.Load(); seq == 0 || old >= seq || !c.announced.CompareAndSwap(old, seq) {
+		return nil
+	}
+	h := transport.AnnounceFrame(&c.op.Stamp)
+	deadline := c.op.Deadline
+	for p := 0; p < c.size; p++ {
+		if p != c.rank {
+			// Sent beside the op, never in its way: a link busy with
+			// the op's own frames takes it after them.
+			go func() {
+				hp := h
+				_ = c.mesh.Send(p, &hp, nil, deadline)
+			}()
+		}
+	}
+	return nil
+}
+
+// engineStop is the shared-memory engine's stop check: the links' health
+// (a lost peer, an abort frame, a mismatch the matcher found), and the
+// watch.
+func (c *Comm) engineStop() error {
+	if err := c.mesh.Matcher().Health(); err != nil {
+		return err
+	}
+	return c.watch()
 }
 
 // initTuning parses GOHCCL_ALGO and GOHCCL_SIMD, groups the ranks into
@@ -314,7 +368,24 @@ func (c *Comm) failAt(err error, seq uint64) {
 			c.notifyPeers(seq, first)
 		}
 		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, first))
-		c.dumpOnFailure(first)
+	})
+	c.dumpOnFailure(c.Err())
+}
+
+// failFromMatcher is the matcher's OnFail: a mismatch it found on a frame's
+// arrival, perhaps while no op of this rank runs. It breaks the
+// communicator, tells the peers and closes the links as fail does, but
+// leaves the flight recorder's dump to the op in progress or the next one,
+// which records itself first.
+func (c *Comm) failFromMatcher(err error) {
+	if c.broken.CompareAndSwap(nil, &err) {
+		c.log.Warnf("communicator broken: %v", err)
+	}
+	c.failOnce.Do(func() {
+		if !c.closed.Load() {
+			c.notifyPeers(0, err)
+		}
+		c.mesh.Close(fmt.Errorf("%w: %v", transport.ErrClosed, err))
 	})
 }
 
@@ -357,12 +428,24 @@ func (c *Comm) notifyPeers(seq uint64, cause error) {
 // had not heard from; for a lost connection, the peer's own reason if it
 // sent an abort frame.
 func (c *Comm) explain(err error) error {
+	if merr := c.mesh.Matcher().Err(); errors.Is(merr, transport.ErrMismatch) && !errors.Is(err, transport.ErrMismatch) {
+		// A mismatch found by the matcher (here or at the peer that
+		// aborted) closed the links under the op: it is the cause.
+		return fmt.Errorf("%w (this rank saw: %v)", merr, err)
+	}
+	var me *mesh.MismatchError
+	if errors.As(err, &me) && me.Got.Seq != me.Want.Seq {
+		return c.explainOrder(err, me)
+	}
 	var te *transport.RecvTimeoutError
 	if errors.As(err, &te) {
 		return fmt.Errorf("%w; %s", err, c.silence(te.Peer))
 	}
 	var pa *transport.PeerAbortError
 	if errors.As(err, &pa) {
+		if lpa := c.linkAbort(pa); lpa != nil {
+			err = fmt.Errorf("%w (this rank saw: %v)", lpa, err)
+		}
 		if errors.Is(pa, transport.ErrTimeout) {
 			// The peer's deadline passed first; the rank it names may
 			// itself have waited for another, which only this rank knows.
@@ -379,6 +462,70 @@ func (c *Comm) explain(err error) error {
 	}
 	if errors.As(m.Err(), &pa) {
 		return fmt.Errorf("%w (this rank saw: %v)", pa, err)
+	}
+	return err
+}
+
+// settleBudget bounds how long a collective waits at its end for frames
+// its local peers published before it (see settle): a frame is handed to
+// the matcher within microseconds of its publication unless the receive
+// goroutine was descheduled.
+const settleBudget = 50 * time.Millisecond
+
+// settle ends a successful collective on a host with shared memory: it
+// lets the frames every local peer published before posting this op reach
+// the matcher, and fails the op if one of them (or anything else) showed a
+// mismatch. A rank that sent a rooted op's frames here and then ran the
+// next op on the engine has thus been compared before that op returns.
+func (c *Comm) settle() error {
+	for _, l := range c.local.settlers {
+		l.Settle(settleBudget)
+	}
+	if err := c.mesh.Matcher().Err(); errors.Is(err, transport.ErrMismatch) {
+		return err
+	}
+	return nil
+}
+
+// linkAbort returns the abort frame of the peer that pa names, when pa is
+// the shared-memory engine's record of that peer's failure and the frame
+// says something else: the engine's record holds the peer engine's own
+// words, the frame (sent over the links a moment later) its
+// communicator's, which add what the engine could not know. nil if none
+// arrives within three abortGraces: the peer may itself take one to
+// complete its error (explainOrder) before it sends the frame.
+func (c *Comm) linkAbort(pa *transport.PeerAbortError) *transport.PeerAbortError {
+	m := c.mesh.Matcher()
+	for start := time.Now(); time.Since(start) < 3*abortGrace; time.Sleep(time.Millisecond) {
+		if merr := m.Err(); merr != nil {
+			var lpa *transport.PeerAbortError
+			if errors.As(merr, &lpa) && lpa != pa && lpa.Rank == pa.Rank && lpa.Cause != pa.Cause {
+				return lpa
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// explainOrder completes a mismatch the shared-memory engine found between
+// two sequence numbers: the peer was at another op than this rank, so the
+// op each ran as the same number is elsewhere. A peer behind this rank
+// (Got.Seq lower) ran as #Got.Seq what this rank remembers running then; a
+// peer ahead sent its frames or announce of this op over the links, where
+// the matcher names it within a moment.
+func (c *Comm) explainOrder(err error, me *mesh.MismatchError) error {
+	m := c.mesh.Matcher()
+	if me.Got.Seq < me.Want.Seq {
+		if fp, ok := m.Ran(me.Got.Seq); ok && fp != me.Got.Fingerprint {
+			return fmt.Errorf("%w; this rank ran collective #%d as %s", err, me.Got.Seq, fp)
+		}
+		return err
+	}
+	for start := time.Now(); time.Since(start) < abortGrace; time.Sleep(time.Millisecond) {
+		if merr := m.Err(); errors.Is(merr, transport.ErrMismatch) {
+			return fmt.Errorf("%w (this rank also saw: %v)", merr, err)
+		}
 	}
 	return err
 }
@@ -494,6 +641,12 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}
+	if err := c.mesh.Matcher().Begin(&o.Stamp); err != nil {
+		// What arrived early for this op already shows a mismatch: it
+		// fails as begun (recorded, then ended), before any choice.
+		c.recordCollective(tune.Choice{})
+		return c.end(err)
+	}
 	return nil
 }
 
@@ -502,6 +655,9 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 // communicator.
 func (c *Comm) end(err error) error {
 	defer c.mu.Unlock()
+	if err == nil && c.local != nil {
+		err = c.settle()
+	}
 	if err == nil {
 		c.flight.End(c.rec, false, nil)
 		return nil

@@ -37,7 +37,14 @@ type local struct {
 	figures    mesh.Figures
 	// chunk is the engine's bytes of message per chunk.
 	chunk int
+	// settlers are the shared-memory links from the other local ranks,
+	// which a collective lets deliver before it returns (Comm.settle).
+	settlers []settler
 }
+
+// settler is a link whose frames a collective waits to see compared
+// before it returns (transport/shm's Link.Settle).
+type settler interface{ Settle(budget time.Duration) }
 
 // ringBytes is the ring each directed pair of local ranks gets for the
 // shared-memory links: a quarter of GOHCCL_BUFFSIZE split among the pairs
@@ -115,10 +122,13 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	if me == 0 {
 		seg, probe = shm.Create(name, size)
 	} else {
-		v, err := store.Get(statusKey(ranks[0]), time.Until(deadline))
+		v, err := awaitKey(store, statusKey(ranks[0]), deadline, m.Health)
 		switch {
 		case err != nil:
-			probe = fmt.Errorf("waiting for rank %d to create the shared segment: %v", ranks[0], err)
+			// Silence is not a verdict: a rank that never reports is
+			// absent or dead, and the bootstrap fails naming it, rather
+			// than going on as if the host had no shared memory.
+			return nil, nil, fmt.Errorf("waiting for rank %d to create the shared segment: %v", ranks[0], err)
 		case string(v) != "ok":
 			probe = fmt.Errorf("rank %d could not create the shared segment: %s", ranks[0], v)
 		default:
@@ -142,9 +152,9 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		if r == rank || (i == 0 && me != 0) {
 			continue
 		}
-		v, err := store.Get(statusKey(r), time.Until(deadline))
+		v, err := awaitKey(store, statusKey(r), deadline, m.Health)
 		if err != nil {
-			probe = errors.Join(probe, fmt.Errorf("waiting for rank %d to map the shared segment: %v", r, err))
+			return nil, nil, fmt.Errorf("waiting for rank %d to map the shared segment: %v", r, err)
 		} else if string(v) != "ok" {
 			probe = errors.Join(probe, fmt.Errorf("rank %d cannot map the shared segment: %s", r, v))
 		}
@@ -171,7 +181,12 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	}
 	l = &local{ranks: ranks, me: me, seg: seg, engine: engine, whole: n == len(peers),
 		chunk: mesh.ChunkBytes(n, meshBudget(budget), mopt)}
-	if err := l.measure(store, prefix, rank, deadline); err != nil {
+	for _, lk := range links {
+		if s, ok := lk.(settler); ok {
+			l.settlers = append(l.settlers, s)
+		}
+	}
+	if err := l.measure(store, prefix, rank, deadline, m.Health); err != nil {
 		for _, lk := range links {
 			if lk != nil {
 				lk.Close()
@@ -192,7 +207,7 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 // the others' probes, mesh.Probe), and this host's figures, which the
 // lowest local rank measures (mesh.MeasureHost, and the hand-off with the
 // next local rank) and the others read from the store.
-func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadline time.Time) error {
+func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadline time.Time, health func() error) error {
 	key := func(what string, r int) string { return fmt.Sprintf("%sshm%s/%d", prefix, what, r) }
 	pid, addr, want := mesh.Probe()
 	if err := store.Set(key("probe", rank), []byte(fmt.Sprintf("%d %d %x", pid, addr, want))); err != nil {
@@ -203,7 +218,7 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 		if r == rank {
 			continue
 		}
-		v, err := store.Get(key("probe", r), time.Until(deadline))
+		v, err := awaitKey(store, key("probe", r), deadline, health)
 		if err != nil {
 			return fmt.Errorf("waiting for rank %d's shared-memory probe: %v", r, err)
 		}
@@ -236,7 +251,7 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 	}
 	l.singleCopy = true
 	for _, r := range l.ranks {
-		v, err := store.Get(key("verdict", r), time.Until(deadline))
+		v, err := awaitKey(store, key("verdict", r), deadline, health)
 		if err != nil {
 			return fmt.Errorf("waiting for rank %d's shared-memory verdict: %v", r, err)
 		}
@@ -267,6 +282,36 @@ func describeFigures(f mesh.Figures) string {
 		fmt.Fprintf(&b, " GB/s, %.2fus a call", f.Syscall*1e6)
 	}
 	return b.String()
+}
+
+// storeSlice is how long one store read of the bootstrap waits before it
+// looks at the links again: a peer whose process died after the ranks
+// connected is known dead from its closed connection, and the bootstrap
+// fails within about this long of that, not at its timeout.
+const storeSlice = time.Second
+
+// awaitKey reads key from the store, waiting until deadline, in slices of
+// storeSlice between which health (the links' state: a lost peer) may end
+// the wait. A read that fails well before its slice ends failed for
+// another reason than time (the store is gone) and ends the wait too.
+func awaitKey(store rendezvous.Store, key string, deadline time.Time, health func() error) ([]byte, error) {
+	for {
+		left := time.Until(deadline)
+		slice := min(max(left, time.Millisecond), storeSlice)
+		start := time.Now()
+		v, err := store.Get(key, slice)
+		if err == nil {
+			return v, nil
+		}
+		if health != nil {
+			if herr := health(); herr != nil {
+				return nil, herr
+			}
+		}
+		if left <= slice || time.Since(start) < slice/2 {
+			return nil, err
+		}
+	}
 }
 
 // close releases the segment. The links and the engine must be closed and
@@ -321,7 +366,7 @@ type meshFacts struct {
 // node, which setupLocal shared memory among) found, if it is the group's
 // lowest rank, and reads every group's record: the facts every rank then
 // prices with. l is this rank's shared memory, nil if it has none.
-func agreeMesh(store rendezvous.Store, prefix string, rank int, peers []peerInfo, opt Options, l *local, deadline time.Time) (meshFacts, error) {
+func agreeMesh(store rendezvous.Store, prefix string, rank int, peers []peerInfo, opt Options, l *local, deadline time.Time, health func() error) (meshFacts, error) {
 	node := func(p int) int {
 		if k := opt.Config.RanksPerNode; k > 0 {
 			return p / k
@@ -362,7 +407,7 @@ func agreeMesh(store rendezvous.Store, prefix string, rank int, peers []peerInfo
 	slices.Sort(groups)
 	facts := meshFacts{level0: true}
 	for i, low := range groups {
-		v, err := store.Get(key(low), time.Until(deadline))
+		v, err := awaitKey(store, key(low), deadline, health)
 		if err != nil {
 			return meshFacts{}, fmt.Errorf("waiting for rank %d to say what shared memory its host has: %v", low, err)
 		}

@@ -8,11 +8,15 @@
 package config
 
 import (
+	"bufio"
 	"fmt"
+	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/tune"
 )
 
@@ -27,7 +31,7 @@ type Var struct {
 // Vars lists every variable gohccl reads, in the order the README shows them.
 var Vars = []Var{
 	{"GOHCCL_BUFFSIZE", "bytes (K/M/G suffix allowed)", "8M",
-		"Scratch memory each communicator preallocates and reuses. Larger messages stream through it in chunks; a larger buffer means fewer, longer steps (less per-step latency), a smaller one less memory per communicator. Minimum 64K."},
+		"Scratch memory each communicator preallocates and reuses. Larger messages stream through it in chunks; a larger buffer means fewer, longer steps (less per-step latency), a smaller one less memory per communicator. Minimum 64K; at most an eighth of the host's physical memory (each communicator holds about twice it: the scratch and its share of the shared segment). Must be the same on every rank."},
 	{"GOHCCL_DEBUG", "WARN | INFO | TRACE", "WARN",
 		"Log level on stderr, each line prefixed with the rank. INFO prints each communicator's ranks, transports and algorithm choices; TRACE every operation."},
 	{"GOHCCL_ALGO", "string", "auto",
@@ -193,8 +197,8 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 			continue // measured at init (GOHCCL_INTER_*)
 		}
 		v, err := strconv.ParseFloat(get(f.name), 64)
-		if err != nil || v <= 0 || v > 1e9 {
-			return c, fmt.Errorf("%s=%q: want a positive number", f.name, get(f.name))
+		if err != nil || math.IsNaN(v) || v <= 0 || v > 1e9 {
+			return c, fmt.Errorf("%s=%q: want a positive number up to 1e9", f.name, get(f.name))
 		}
 		*f.dst = v * f.scale
 	}
@@ -223,6 +227,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 		return c, fmt.Errorf("GOHCCL_EARLY_BYTES=%d: want between 1M and 1T", c.EarlyBytes)
 	}
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
+	if _, err := reduce.PathNamed(c.SIMD); err != nil {
+		return c, fmt.Errorf("GOHCCL_SIMD=%q: %v", get("GOHCCL_SIMD"), err)
+	}
 	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
 	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")
 	return c, c.Validate()
@@ -239,7 +246,68 @@ func (c Config) Validate() error {
 	if c.BuffSize > 1<<40 {
 		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above 1T", c.BuffSize)
 	}
+	if mem := PhysicalMemory(); mem > 0 && c.BuffSize > mem/MaxBuffShare {
+		return fmt.Errorf("GOHCCL_BUFFSIZE=%d: above an eighth of this host's physical memory (%d bytes), the most a communicator may take", c.BuffSize, mem)
+	}
 	return nil
+}
+
+// MaxBuffShare bounds GOHCCL_BUFFSIZE to this fraction (1/MaxBuffShare) of
+// physical memory: a communicator holds about twice the buffer (its scratch,
+// and its share of the host's shared segment), several ranks share a host,
+// and a value past what the host has made the Go runtime abort the process
+// instead of failing the call.
+const MaxBuffShare = 8
+
+// PhysicalMemory returns the host's memory in bytes (MemTotal in
+// /proc/meminfo), or 0 where it cannot be read.
+func PhysicalMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// SharedVars are the variables every rank of a communicator must set alike:
+// the buffer decides the shared segment's layout and the chunking of every
+// schedule, the transport which links exist, the algorithm, nodes and the
+// tuner's figures within a node which schedule every rank runs. The figures
+// between nodes are not among them: every rank takes rank 0's (comm's
+// probe). Bootstrap compares them
+// and fails naming the variable and the ranks that differ. The others
+// (log level, interface, SIMD path, runtime libraries) are each rank's own.
+var SharedVars = []string{"GOHCCL_BUFFSIZE", "GOHCCL_TRANSPORT", "GOHCCL_ALGO", "GOHCCL_RANKS_PER_NODE",
+	"GOHCCL_INTRA_LATENCY", "GOHCCL_INTRA_BW"}
+
+// Shared returns the values of SharedVars as c holds them, normalised
+// (bytes as a number, names in lower case, figures in their units), so
+// that two ways of writing one value agree.
+func (c Config) Shared() map[string]string {
+	algo := c.Algo
+	if algo == "" {
+		algo = "auto"
+	}
+	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return map[string]string{
+		"GOHCCL_BUFFSIZE":       strconv.FormatInt(c.BuffSize, 10),
+		"GOHCCL_TRANSPORT":      c.Transport,
+		"GOHCCL_ALGO":           algo,
+		"GOHCCL_RANKS_PER_NODE": strconv.Itoa(c.RanksPerNode),
+		"GOHCCL_INTRA_LATENCY":  g(c.IntraLatency),
+		"GOHCCL_INTRA_BW":       g(c.IntraBW),
+	}
 }
 
 // ParseBytes parses a byte count: digits with an optional K, M or G suffix

@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,46 @@ func TestRuntimeLibraries(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "/opt/cuda/libcudart.so.12", c.CUDALibrary)
 	assert.Equal(t, "/x/libascendcl.so", c.ACLLibrary)
+}
+
+// TestBoundsAndNonNumbers: a scratch larger than the stated share of
+// physical memory (which the Go runtime would abort the process for), and
+// NaN or infinite figures for the tuner, are refused naming the variable.
+func TestBoundsAndNonNumbers(t *testing.T) {
+	for name, val := range map[string]string{
+		"GOHCCL_BUFFSIZE":      "1024G",
+		"GOHCCL_INTRA_BW":      "nan",
+		"GOHCCL_INTER_BW":      "NaN",
+		"GOHCCL_INTRA_LATENCY": "inf",
+		"GOHCCL_INTER_LATENCY": "-Inf",
+		"GOHCCL_SIMD":          "avx9000",
+	} {
+		_, err := Load(env(map[string]string{name: val}))
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name+"=", name)
+	}
+	if mem := PhysicalMemory(); mem > 0 {
+		_, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": strconv.FormatInt(mem/MaxBuffShare+1, 10)}))
+		assert.ErrorContains(t, err, "physical memory")
+		_, err = Load(env(map[string]string{"GOHCCL_BUFFSIZE": strconv.FormatInt(min(mem/MaxBuffShare, 64<<20), 10)}))
+		assert.NoError(t, err)
+	}
+}
+
+// TestSharedSettings: the settings every rank must agree on, normalised, so
+// that 8M and 8388608 agree and a difference in any of them shows.
+func TestSharedSettings(t *testing.T) {
+	a, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "8M", "GOHCCL_DEBUG": "INFO"}))
+	require.NoError(t, err)
+	b, err := Load(env(map[string]string{"GOHCCL_BUFFSIZE": "8388608", "GOHCCL_SOCKET_IFNAME": "eth7"}))
+	require.NoError(t, err)
+	assert.Equal(t, a.Shared(), b.Shared(), "per-rank settings must not count")
+	for name, val := range map[string]string{"GOHCCL_BUFFSIZE": "16M", "GOHCCL_TRANSPORT": "tcp", "GOHCCL_ALGO": "ring",
+		"GOHCCL_RANKS_PER_NODE": "2", "GOHCCL_INTRA_BW": "7", "GOHCCL_INTRA_LATENCY": "3"} {
+		c, err := Load(env(map[string]string{name: val}))
+		require.NoError(t, err, name)
+		assert.NotEqual(t, a.Shared()[name], c.Shared()[name], name)
+	}
 }
 
 func TestNetworkVariables(t *testing.T) {

@@ -123,6 +123,7 @@ const (
 	infoRank    = 20
 	infoState   = 24                 // uint32, atomic: stateAttached, stateFailed, stateClosed
 	infoText    = 28                 // uint32: bytes of failure text in the text lines
+	infoClass   = 32                 // uint32: the failure's class (transport.AbortClass)
 	infoVersion = 0x6d65736876310000 // "meshv1\0\0"
 )
 
@@ -275,6 +276,7 @@ func (e *Engine) end(v any, err error) error {
 			o := e.lay.ctl(e.me, lineText)
 			n := copy(e.region[o:o+textLines*lineSize], err.Error())
 			binary.LittleEndian.PutUint32(e.info(e.me)[infoText:], uint32(n))
+			binary.LittleEndian.PutUint32(e.info(e.me)[infoClass:], uint32(transport.AbortClass(err)))
 			e.state(e.me).Store(stateFailed)
 		}()
 		e.wakeAll()
@@ -342,7 +344,8 @@ func (e *Engine) check() error {
 		}
 		switch e.state(r).Load() {
 		case stateFailed:
-			return &transport.PeerAbortError{Rank: e.name(r), Cause: e.failure(r)}
+			class := transport.AbortClassOf(uint64(binary.LittleEndian.Uint32(e.info(r)[infoClass:])))
+			return &transport.PeerAbortError{Rank: e.name(r), Cause: e.failure(r), Class: class}
 		case stateClosed:
 			return fmt.Errorf("%w: %s closed its communicator", transport.ErrPeerLost, e.who(r))
 		}

@@ -195,8 +195,9 @@ func (e *Engine) mismatch(j, b int) error {
 			transport.ErrProtocol, e.who(e.me), describeOp(&want), e.who(j), err)
 	}
 	if got.Fingerprint != want.Fingerprint || got.Seq != want.Seq {
-		return fmt.Errorf("%w: %s expected %s but %s sent %s",
-			transport.ErrMismatch, e.who(e.me), describeOp(&want), e.who(j), describeOp(&got))
+		return &MismatchError{Want: want, Got: got, Peer: e.name(j),
+			text: fmt.Sprintf("%v: %s expected %s but %s sent %s",
+				transport.ErrMismatch, e.who(e.me), describeOp(&want), e.who(j), describeOp(&got))}
 	}
 	return fmt.Errorf("%w: %s expected %s in %s but %s sent %s",
 		transport.ErrMismatch, e.who(e.me), describeChunk(want.Tag), describeOp(&want), e.who(j), describeChunk(got.Tag))
@@ -252,3 +253,18 @@ func (e *Engine) enterAhead(s schedule, i, chunks int, posted *int, post func(in
 	e.open(s, k)
 	return k, b, e.awaitAll(2*k+1, b, true)
 }
+
+// MismatchError is a peer whose stamp names another collective than this
+// rank's: Want is this rank's stamp, Got the peer's. The communicator adds
+// what it knows of the other op (what it ran itself as Got's sequence
+// number). It wraps transport.ErrMismatch.
+type MismatchError struct {
+	Want, Got transport.Header
+	Peer      int
+	text      string
+}
+
+func (m *MismatchError) Error() string { return m.text }
+
+// Unwrap makes errors.Is(err, transport.ErrMismatch) hold.
+func (m *MismatchError) Unwrap() error { return transport.ErrMismatch }

@@ -94,3 +94,10 @@ func (e *RecvTimeoutError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrTimeout) hold.
 func (e *RecvTimeoutError) Unwrap() error { return ErrTimeout }
+
+// AbortClass returns the code of err's sentinel, as an abort frame carries
+// it; the shared-memory engine leaves it beside a failed rank's text.
+func AbortClass(err error) uint64 { return abortClass(err) }
+
+// AbortClassOf returns the sentinel of an AbortClass code (nil if none).
+func AbortClassOf(code uint64) error { return abortClassOf(code) }

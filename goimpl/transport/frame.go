@@ -55,11 +55,18 @@ const (
 	// its error text (at most MaxAbortText bytes), so peers fail with the
 	// cause instead of a bare connection loss. It matches no receive.
 	KindAbort
+	// KindAnnounce carries no payload: a rank that has waited a while in a
+	// collective tells its peers which one it is in (its stamp), so that a
+	// peer that runs another op as the same sequence number, one that
+	// exchanges no frame with it (an op of the shared-memory engine, a
+	// rooted op with another root), names the mismatch instead of waiting
+	// out the deadline. It matches no receive.
+	KindAnnounce
 	kindEnd
 )
 
 var kindNames = [...]string{"invalid", "allreduce", "broadcast", "reduce", "allgather",
-	"reduce_scatter", "gather", "scatter", "alltoall", "barrier", "send", "abort"}
+	"reduce_scatter", "gather", "scatter", "alltoall", "barrier", "send", "abort", "announce"}
 
 func (k Kind) String() string {
 	if k < kindEnd {
@@ -116,6 +123,10 @@ func stepName(tag uint64) string {
 }
 
 func (h Header) String() string {
+	if h.Kind == KindAnnounce {
+		a := AnnouncedStamp(&h)
+		return fmt.Sprintf("announce of #%d (%s)", a.Seq, a.Fingerprint)
+	}
 	if h.Kind == KindAbort {
 		return fmt.Sprintf("abort after #%d (%d bytes of text)", h.Seq, h.Len)
 	}
@@ -176,6 +187,9 @@ func (h *Header) Decode(b []byte) error {
 	if h.Len > MaxPayload {
 		return fmt.Errorf("frame header announces %d payload bytes, more than the %d allowed", h.Len, MaxPayload)
 	}
+	if h.Kind == KindAnnounce && (h.Len != 0 || h.Tag == uint64(KindInvalid) || h.Tag >= uint64(KindSend)) {
+		return fmt.Errorf("announce frame of kind %d carries %d payload bytes: it names a collective and has none", h.Tag, h.Len)
+	}
 	if h.Kind == KindAbort && h.Len > MaxAbortText {
 		return fmt.Errorf("abort frame announces %d bytes of text, more than the %d allowed", h.Len, MaxAbortText)
 	}
@@ -196,4 +210,20 @@ func AbortFrame(seq uint64, cause error) (Header, []byte) {
 		text = text[:cut]
 	}
 	return Header{Fingerprint: Fingerprint{Kind: KindAbort}, Seq: seq, Tag: abortClass(cause), Len: uint32(len(text))}, []byte(text)
+}
+
+// AnnounceFrame builds the announce frame of the collective stamped stamp
+// (see KindAnnounce): the header kind says announce, the tag the op's kind.
+func AnnounceFrame(stamp *Header) Header {
+	h := Header{Fingerprint: stamp.Fingerprint, Seq: stamp.Seq, Tag: uint64(stamp.Kind)}
+	h.Kind = KindAnnounce
+	return h
+}
+
+// AnnouncedStamp returns the stamp an announce frame carries (Tag and Len
+// zero).
+func AnnouncedStamp(h *Header) Header {
+	a := Header{Fingerprint: h.Fingerprint, Seq: h.Seq}
+	a.Kind = Kind(h.Tag)
+	return a
 }

@@ -106,6 +106,9 @@ type Matcher struct {
 	closed   error
 	closedCh chan struct{}
 	pool     bufPool
+	// ops is this rank's own collectives as Begin announced them, for the
+	// comparisons of ops.go.
+	ops opLog
 	// earlyLimit bounds each peer's early bytes for links that call
 	// ArriveBounded; 0 means no bound. room is signalled, under mu, when a
 	// waiting frame may now fit or match: a receive posted, an early frame
@@ -159,7 +162,13 @@ func (m *Matcher) EarlyBytes(peer int) int {
 func (m *Matcher) ArriveBounded(peer int, h *Header, gone func() bool) (dst []byte, r *Recv, discard bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if h.Kind == KindAnnounce {
+		return nil, nil, m.closed != nil // no payload; compared in Stash
+	}
 	if m.closed == nil && h.Kind != KindAbort {
+		if m.compareArrival(peer, h) != nil {
+			return nil, nil, true
+		}
 		m.heardFrom(peer, h)
 	}
 	for {
@@ -214,8 +223,11 @@ func (m *Matcher) Arrive(peer int, h *Header) (dst []byte, r *Recv, discard bool
 	if m.closed != nil {
 		return nil, nil, true
 	}
-	if h.Kind == KindAbort {
+	if h.Kind == KindAbort || h.Kind == KindAnnounce {
 		return nil, nil, false // its text is read into a stash buffer, see Stash
+	}
+	if m.compareArrival(peer, h) != nil {
+		return nil, nil, true
 	}
 	m.heardFrom(peer, h)
 	r, ok := m.matchArrival(peer, h)
@@ -330,6 +342,15 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 		cause := strings.ToValidUTF8(string(buf), "?")
 		m.pool.put(buf)
 		m.close(&PeerAbortError{Rank: peer, Cause: cause, Class: abortClassOf(h.Tag)})
+		return
+	}
+	if h.Kind == KindAnnounce {
+		m.pool.put(buf)
+		m.compareAnnounce(peer, h)
+		return
+	}
+	if m.compareArrival(peer, h) != nil {
+		m.pool.put(buf)
 		return
 	}
 	m.heardFrom(peer, h)
@@ -501,10 +522,20 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 	if d <= 0 {
 		return m.expire(r)
 	}
+	// A collective's receive wakes every watchEvery to run the watch
+	// (SetWatch), which announces the op to the peers.
+	watch, every := m.ops.watch, m.ops.watchEvery
+	if watch == nil || r.Want.Kind.IsP2P() {
+		every = 0
+	}
+	next := d
+	if every > 0 {
+		next = min(d, every)
+	}
 	if r.timer == nil {
-		r.timer = time.NewTimer(d)
+		r.timer = time.NewTimer(next)
 	} else {
-		r.timer.Reset(d)
+		r.timer.Reset(next)
 	}
 	for {
 		select {
@@ -517,6 +548,13 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 			r.timer.Stop()
 			return r.err
 		case <-r.timer.C:
+			if d := time.Until(deadline); every > 0 && d > 0 {
+				if err := watch(); err != nil {
+					return m.withdraw(r, err)
+				}
+				r.timer.Reset(min(d, every))
+				continue
+			}
 			return m.expire(r)
 		case <-m.closedCh:
 			r.timer.Stop()

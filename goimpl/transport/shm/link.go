@@ -66,6 +66,9 @@ type Link struct {
 	// what the peer published.
 	gone atomic.Pointer[error]
 	done chan struct{}
+	// arrived is the in ring's position after the last frame the receive
+	// goroutine has handed to the matcher (Arrive, or Stash), for Settle.
+	arrived atomic.Uint64
 
 	wmu sync.Mutex
 	tx  sender   // guarded by wmu
@@ -375,6 +378,9 @@ func (l *Link) receiveFrames() (err error) {
 			return fmt.Errorf("rank %d sent a corrupt frame over shared memory: %w: %v", l.peer, transport.ErrProtocol, err)
 		}
 		dst, r, discard := l.m.Arrive(l.peer, &h)
+		if r != nil || discard {
+			l.arrived.Store(rx.pos + uint64(h.Len))
+		}
 		switch {
 		case r != nil:
 			rx.claimed = r
@@ -396,6 +402,35 @@ func (l *Link) receiveFrames() (err error) {
 				return err
 			}
 			l.m.Stash(l.peer, &h, buf)
+			l.arrived.Store(rx.pos)
+		}
+	}
+}
+
+// Settle waits, for at most budget, until every frame the peer had begun to
+// publish when it was called has been through the matcher, which compares
+// it with this rank's ops. A collective that the peer posted on the
+// shared-memory engine after sending a frame here (a rooted op it ran with
+// another root) could otherwise end before its frame is looked at. It
+// returns at once when the ring holds nothing new, and never touches the
+// region once the link is closed.
+func (l *Link) Settle(budget time.Duration) {
+	if l.closed.Load() || l.lost.Load() != nil {
+		return
+	}
+	t := l.in.tail.Load()
+	if l.arrived.Load() >= t {
+		return
+	}
+	deadline := time.Now().Add(budget)
+	for i := 0; l.arrived.Load() < t; i++ {
+		if l.closed.Load() || l.lost.Load() != nil || time.Now().After(deadline) {
+			return
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
 		}
 	}
 }
