@@ -18,7 +18,7 @@ CXX_SRC := $(wildcard csrc/*.cpp csrc/*.hpp) setup.py
 BUILT   := $(VENV)/.gohccl-built
 
 .PHONY: demo test build go-test go-vet py-test capi-test clean bench-gloo bench-mpi-setup bench-mpi \
-	test-hosts bench-hosts bench-seed wheel-check FORCE
+	test-hosts bench-hosts bench-seed wheel-check bench-train FORCE
 
 # The Python environment: torch and the test tools. $(VENV)/.torch holds the
 # torch requirement it was made with and is rewritten only when TORCH
@@ -83,7 +83,8 @@ demo: $(BUILT)
 	$(VENV)/bin/torchrun --standalone --nproc-per-node 2 benchmarks/demo_ddp.py
 
 # Benchmarks (not part of `make test`): against Gloo in one torchrun job per
-# collective, and against Open MPI (the setup target installs it and mpi4py).
+# collective, and against Open MPI and MPICH (the setup target installs them
+# and mpi4py).
 bench-gloo: $(BUILT)
 	benchmarks/gloo.sh
 
@@ -92,6 +93,12 @@ bench-mpi-setup: $(BUILT)
 
 bench-mpi: $(BUILT)
 	benchmarks/mpi.sh -np 2
+
+# DDP training throughput, gohccl against Gloo alternating in one job, 2 and 4
+# ranks, a GPT-style LM and a CNN (benchmarks/train.py). The default is quick
+# (a few minutes); TRAIN_ARGS=--long runs several hundred steps per run.
+bench-train: $(BUILT)
+	$(PY) benchmarks/train.py $(TRAIN_ARGS)
 
 # Across emulated hosts (needs root; tests/netns.py, docs/hosts.md): the host
 # suite alone, and gohccl against Gloo at 2 hosts x 1 and x 2 ranks.

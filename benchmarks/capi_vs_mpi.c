@@ -235,6 +235,11 @@ int main(int argc, char** argv) {
     gohccl_comm_describe(comm, desc, sizeof desc);
     printf("# gohccl %s: %s\n# %d ranks, %s float32 sum, %d iterations x %d rounds, interleaved with MPI\n",
            gohccl_version(), desc, size, coll_names[c], iters, rounds);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int lib_len = 0;
+    MPI_Get_library_version(lib, &lib_len);
+    lib[strcspn(lib, "\n")] = 0; /* the first line names the library and its version */
+    printf("# MPI: %s\n", lib);
     printf("# time: median over rounds of the mean per op (slowest rank)\n");
     printf("%12s %10s %12s %9s %9s %12s %9s %9s %8s %7s\n", "size(B)", "count", "mpi us", "algbw",
            "busbw", "gohccl us", "algbw", "busbw", "speedup", "#wrong");

@@ -21,8 +21,8 @@ import sys
 
 TOPOLOGY = re.compile(r"\[gohccl 0/(\d+)\] INFO topology .*GOHCCL_ALGO=(\S*),")
 INTER = re.compile(r"\[gohccl 0/(\d+)\] INFO inter-node link: latency ([0-9.]+)us, "
-                   r"bandwidth ([0-9.]+) GB/s per rank, (?:([0-9.]+) GB/s per node, shared by its ranks"
-                   r"|a link of its own per rank) \((.*)\)")
+                   r"bandwidth ([0-9.]+) GB/s per rank(?:, ([0-9.]+) GB/s per node, shared by its ranks"
+                   r"|, a link of its own per rank)? \((.*)\)")
 HANDOFF = re.compile(r"\[gohccl \d+/\d+\] INFO .*host figures: hand-off ([0-9.]+)us")
 CHOICE = re.compile(r"\[gohccl 0/(\d+)\] INFO allreduce \[(\S+), (\S+)\) on \d+ ranks.* -> (\S+)$")
 
@@ -86,6 +86,39 @@ def simulate(sim: str, hosts: int, ranks: int, size: int, algo: str, link, intra
         if "error" in v:
             return None, None, v["error"]
     return None, None, "no result"
+
+
+def fit_latency(a, results, links, everyone, intra_lat):
+    """fit_latency asks what per-step latency, across nodes and inside one
+    alike (a step's cost under load is mostly the wait for a core), in place
+    of the probe's and the hand-off, makes the simulator fit each size's
+    forced rows best (least squares of the relative error; simulated time
+    is linear in it), and
+    prints the ratios the simulator then gets: how much of the gap is the
+    cost of a step under this machine's load rather than the bandwidth."""
+    print()
+    print("Fitted step latency, the same across and inside nodes (what a step costs here under "
+          "load, against the probe's, which ran while the other ranks waited):")
+    print()
+    for size in sorted({r["size"] for r in results}):
+        pts = []
+        for r in results:
+            if r["size"] != size or r["backend"] != "gohccl" or r["algo"] in (None, "auto") or not r["time_us"]:
+                continue
+            lat, bw, node, src = links.get(r["algo"], everyone)
+            t1 = simulate(a.sim, a.hosts, a.ranks, size, r["algo"], (1e-6, bw, node, src), 1e-6)[0]
+            t2 = simulate(a.sim, a.hosts, a.ranks, size, r["algo"], (1001e-6, bw, node, src), 1001e-6)[0]
+            if t1 is None or t2 is None:
+                continue
+            k = (t2 - t1) / 1e-3
+            pts.append((r["algo"], t1 - k * 1e-6, k, r["time_us"] * 1e-6))
+        if not pts:
+            continue
+        num = sum(k * (m - t0) / m ** 2 for _, t0, k, m in pts)
+        den = sum(k * k / m ** 2 for _, t0, k, m in pts)
+        lat = max(num / den, 0.0) if den else 0.0
+        ratios = ", ".join(f"{al} {(t0 + k * lat) / m:.2f}" for al, t0, k, m in pts)
+        print(f"- {human(size)}: {lat * 1e6:.0f} us per step; simulated / measured then: {ratios}")
 
 
 def main() -> int:
@@ -166,6 +199,7 @@ def main() -> int:
     print()
     for size, v, best in verdicts:
         print(f"- {human(size)}: auto / {best} = {v:.2f} {'ok' if v <= 1.10 else 'MISSED'}")
+    fit_latency(a, results, links, everyone, intra_lat)
     within = [x for x in sims if 0.7 <= x[2] <= 1.3]
     print()
     print(f"Simulator within 30% of the measured time: {len(within)} of {len(sims)}"

@@ -29,6 +29,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -265,6 +266,11 @@ func gohccl_comm_create(ops *C.gohccl_store_ops, ctx unsafe.Pointer, rank, size 
 	handles.comms[h] = c
 	handles.Unlock()
 	*out = C.gohccl_comm(h)
+	if cfg.TraceDir != "" {
+		if err := traceSignal(); err != nil { // trace.go
+			fmt.Fprintf(os.Stderr, "gohccl: %v\n", err)
+		}
+	}
 	return C.GOHCCL_OK
 }
 

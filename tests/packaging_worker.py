@@ -33,9 +33,11 @@ def main():
         checks[f"all_gather/{count}"] = all(
             np.array_equal(p.numpy(), inputs(r, count)) for r, p in enumerate(parts))
     dist.destroy_process_group()
+    gohccl = sys.modules.get("gohccl")
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"imported_before": imported_before, "imported_after": "gohccl" in sys.modules,
-                   "cpu_backend": cpu_backend, "size": size, "checks": checks}, f)
+                   "cpu_backend": cpu_backend, "size": size, "checks": checks,
+                   "gohccl_file": getattr(gohccl, "__file__", None)}, f)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Two kinds:
   pure     the busbw formulas, size parsing, buffer layouts and the --check
-           arithmetic, against values computed by hand. The module is loaded
-           from its file, so this process never imports gohccl (and so never
+           arithmetic, against values computed by hand. The package is loaded
+           from its folder, so this process never imports gohccl (and so never
            starts a Go runtime that a later fork could break).
   command  `python -m gohccl.bench --nproc 2 ...` on a tiny sweep, as a user
            runs it: it launches torchrun, which starts the two ranks. Each
@@ -12,7 +12,7 @@ Two kinds:
            sessions of their own) exit by themselves once torchrun is gone.
 
 The commands measure `backend` (GOHCCL_TEST_BACKENDS, default gohccl) next to
-Gloo. With GOHCCL_TEST_BACKENDS=gloo they run the bench from its file, so a
+Gloo. With GOHCCL_TEST_BACKENDS=gloo they run the bench from its folder, so a
 gohccl that does not build yet is never imported.
 """
 
@@ -29,11 +29,13 @@ import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
-BENCH_PATH = os.path.join(REPO_ROOT, "python", "gohccl", "bench.py")
+BENCH_PATH = os.path.join(REPO_ROOT, "python", "gohccl", "bench")
 
 
 def _load_bench():
-    spec = importlib.util.spec_from_file_location("_gohccl_bench_under_test", BENCH_PATH)
+    spec = importlib.util.spec_from_file_location(
+        "_gohccl_bench_under_test", os.path.join(BENCH_PATH, "__init__.py"),
+        submodule_search_locations=[BENCH_PATH])
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up by name
     spec.loader.exec_module(mod)
@@ -141,7 +143,7 @@ def test_check_expectation_matches_a_reference_computed_here(collective, dtype):
     for op in ops:
         inputs = []
         for r in range(n):
-            buf = bench._make_buffers(collective, lay, dtype)
+            buf = bench.make_buffers(collective, lay, dtype)
             bench.fill_for_check(collective, buf, dtype, op, r, n)
             inputs.append(buf.send.clone())
         c = lay.count
@@ -435,6 +437,63 @@ def test_single_rank_in_process(backend, workdir):
         if r["collective"] == "all_reduce":
             assert r["busbw"] == 0.0  # 2(n-1)/n is 0 at n=1
     assert not math.isnan(sum(r["time_us"] for r in doc["results"]))
+
+
+FOUR = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+@pytest.mark.timeout(200)
+def test_compute_threads_run_beside_checked_collectives(backend, workdir):
+    """--compute-threads: the threads multiply matrices through the sweep (the
+    rate they kept up is reported per rank) while every label's results are
+    still verified."""
+    js = os.path.join(workdir, "out.json")
+    rc, out, err = run_bench(TINY + ["-e", "256", "-c", ",".join(FOUR), "--check", "--block", "1",
+                                     "--compute-threads", "1", "--compute-size", "96",
+                                     "--backends", _backends_arg(backend), "--json", js],
+                             backend)
+    assert rc == 0, _explain(rc, out, err)
+    with open(js) as f:
+        doc = json.load(f)
+    assert doc["compute_threads"] == 1 and doc["compute_size"] == 96
+    assert len(doc["compute_gflops"]) == 2 and all(g > 0 for g in doc["compute_gflops"])
+    assert "# contention: 1 compute thread(s) per rank" in out
+    assert "Compute kept up" in out and "Wrong elements       : 0 OK" in out
+    labels = list(dict.fromkeys([backend, "gloo"]))
+    seen = {(r["collective"], r["label"]) for r in doc["results"]}
+    assert seen == {(c, lb) for c in FOUR for lb in labels}
+    assert all(r["wrong"] == 0 for r in doc["results"])
+
+
+@pytest.mark.timeout(300)
+def test_oversubscribed_four_ranks_with_compute_catch_a_wrong_result(backend, workdir):
+    """4 ranks and a compute thread each, on however few cores: the run ends,
+    says it is oversubscribed where it is, and --check still catches the one
+    element corrupted on every rank of one label, and only there."""
+    js = os.path.join(workdir, "out.json")
+    rc, out, err = run_bench(
+        ["--nproc", "4", "-b", "64", "-e", "64", "-n", "2", "-w", "1", "--block", "1",
+         "--timeout", "150",
+         "--no-progress", "-c", ",".join(FOUR), "--check", "--compute-threads", "1",
+         "--compute-size", "64", "--backends", _backends_arg(backend), "--json", js],
+        backend, env={"GOHCCL_BENCH_CORRUPT": backend}, timeout=280)
+    assert rc == 1, _explain(rc, out, err)
+    with open(js) as f:
+        doc = json.load(f)
+    assert doc["nranks"] == 4 and len(doc["compute_gflops"]) == 4
+    if doc["cpus_usable"] < 8:
+        assert "# oversubscribed: 4 ranks x 2 busy thread(s) = 8" in out
+    for r in doc["results"]:
+        assert r["wrong"] == (4 if r["label"] == backend else 0), r
+
+
+@pytest.mark.timeout(30)
+def test_compute_options_refuse_bad_values():
+    for argv in (["--compute-threads", "-1"], ["--compute-size", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)
+    opts = bench.parse_args(["--compute-threads", "2"])
+    assert opts.compute_threads == 2 and opts.compute_size == 1024
 
 
 def _mpi_python():

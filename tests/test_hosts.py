@@ -9,7 +9,8 @@ sweep, then one failure at its end, so the suite pays torch's start-up once
 per topology:
 
   2x2  static --master-addr launch; then host 1's link goes down mid-stream
-  3x1  static launch; then host 2's ranks are killed mid-stream
+  3x1  static launch with host 0's name as --master-addr (it resolves to
+       loopback on host 0); then host 2's ranks are killed mid-stream
   4x1  the README's c10d rendezvous launch; then a group made with
        GOHCCL_SOCKET_IFNAME=lo (each rank publishes a loopback address)
 
@@ -64,6 +65,7 @@ class Topology:
     local: int       # ranks per host
     launch: str      # "static" (--master-addr) or "c10d" (rendezvous)
     end: str         # what the job does after its sweep
+    master: str = "addr"  # static: --master-addr is host 0's "addr" or its host "name"
 
     @property
     def world(self) -> int:
@@ -72,7 +74,9 @@ class Topology:
 
 TOPOLOGIES = {
     "2x2": Topology(2, 2, "static", "link_down"),
-    "3x1": Topology(3, 1, "static", "kill"),
+    # MASTER_ADDR as host 0's name, which resolves to 127.0.1.1 on host 0
+    # itself: its ranks must still listen on an address the others reach.
+    "3x1": Topology(3, 1, "static", "kill", master="name"),
     "4x1": Topology(4, 1, "c10d", "misconfig"),
 }
 
@@ -176,7 +180,8 @@ def _launch_command(cluster: netns.Cluster, h: netns.Host, topo: Topology, spec_
     run = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(topo.hosts),
            "--nproc-per-node", str(topo.local), "--max-restarts", "0"]
     if topo.launch == "static":
-        run += ["--node-rank", str(h.index), "--master-addr", cluster.master.addr,
+        master = cluster.master.addr if topo.master == "addr" else cluster.master.hostname
+        run += ["--node-rank", str(h.index), "--master-addr", master,
                 "--master-port", str(MASTER_PORT)]
     else:
         # What the README gives for c10d rendezvous on hosts whose hostname
@@ -633,26 +638,18 @@ def _check_fault(job: Job):
     assert not problems, f"{job.name} ({job.topo.end}):\n" + "\n".join(problems)
 
 
-_NEEDS_LIVENESS = ("before the tcpctl liveness work (keepalive / TCP_USER_TIMEOUT / heartbeat, and errors "
-                   "that name the peer's host), a lost host is noticed only at the op deadline")
-
-
-@pytest.mark.xfail(strict=False, reason=_NEEDS_LIVENESS)
 def test_link_down_fails_every_rank_fast():
     """2 hosts x 2 ranks: host 1's link goes down mid-stream; every rank on
     both sides fails within 10 s naming a lost peer and its host."""
     _check_fault(job_of("2x2"))
 
 
-@pytest.mark.xfail(strict=False, reason=_NEEDS_LIVENESS)
 def test_killed_host_fails_the_others_fast():
     """3 hosts x 1 rank: host 2's ranks are killed mid-stream; the others
     fail within 10 s naming the dead rank and its host."""
     _check_fault(job_of("3x1"))
 
 
-@pytest.mark.xfail(strict=False, reason="before the tcpctl bootstrap work, an unreachable published "
-                   "address is retried until the group's timeout")
 def test_socket_ifname_lo_across_hosts_fails_fast():
     """4 hosts x 1 rank, a group made with GOHCCL_SOCKET_IFNAME=lo: every
     rank fails within seconds with an error naming the loopback address a

@@ -235,6 +235,23 @@ gohccl_status gohccl_recv_wait(gohccl_comm comm, gohccl_req req,
  * not, -1 for an unknown handle. Does not release the handle. */
 int gohccl_recv_test(gohccl_comm comm, gohccl_req req);
 
+/* gohccl_trace_dump writes the flight record (docs/trace.md) of every live
+ * communicator of this process into dir, one JSON file per communicator
+ * named after its group, rank and host; with dir NULL or empty, into each
+ * communicator's GOHCCL_TRACE_DIR (a communicator without one is skipped
+ * and named in err). It does not wait for operations in progress: call it
+ * while a collective hangs. The paths written go into paths, one per line
+ * (truncated to paths_len). GOHCCL_OK if every communicator was written,
+ * else GOHCCL_ERR_INVALID (no directory) or GOHCCL_ERR_INTERNAL (a write
+ * failed) with the reasons in err; the others are still written.
+ *
+ * When a communicator is created with GOHCCL_TRACE_DIR set, the library also
+ * installs a SIGUSR1 handler (once per process) that does the same with
+ * dir NULL, from a goroutine, and then calls the handler that was installed
+ * before it (Python's, faulthandler's), if any. */
+gohccl_status gohccl_trace_dump(const char* dir, char* paths, size_t paths_len,
+                                char* err, size_t err_len);
+
 #endif /* GOHCCL_TYPES_ONLY */
 
 

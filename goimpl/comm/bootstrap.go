@@ -4,13 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/config"
@@ -25,6 +22,7 @@ type peerInfo struct {
 	Addr string `json:"addr"` // host:port of its listener
 	Host string `json:"host"` // host identity: hostname and boot id
 	PID  int    `json:"pid"`
+	Key  []byte `json:"key"` // X25519 public key its handshakes prove (JSON: base64)
 }
 
 // New bootstraps rank opt.Rank of a group through store, which every rank
@@ -32,11 +30,11 @@ type peerInfo struct {
 //
 //  1. Each rank takes a generation number from a counter of its own, so a
 //     store reused by a later communicator never serves stale keys.
-//  2. Rank 0 publishes a random communicator id and authentication token.
-//  3. Every rank listens, publishes its address and host identity, and
-//     reads everyone else's.
+//  2. Rank 0 publishes a random communicator id.
+//  3. Every rank makes a key pair, listens, publishes its address, host
+//     identity and public key, and reads everyone else's.
 //  4. Each rank connects to every lower rank and accepts every higher one;
-//     both ends prove the id and token in a handshake.
+//     both ends prove the id and their keys in a handshake (tcp/handshake.go).
 func New(store rendezvous.Store, opt Options) (*Comm, error) {
 	if opt.Size < 1 || opt.Rank < 0 || opt.Rank >= opt.Size {
 		return nil, fmt.Errorf("%w: rank %d of a group of %d", ErrInvalid, opt.Rank, opt.Size)
@@ -74,26 +72,22 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		if _, err := rand.Read(id.CommID[:]); err != nil {
 			return nil, err
 		}
-		if _, err := rand.Read(id.Token[:]); err != nil {
-			return nil, err
-		}
-		if err := store.Set(prefix+"id", append(id.CommID[:], id.Token[:]...)); err != nil {
+		if err := store.Set(prefix+"id", id.CommID[:]); err != nil {
 			return nil, fmt.Errorf("store: %v", err)
 		}
 	}
+	if id.Key, err = tcp.NewKey(); err != nil {
+		return nil, err
+	}
 
-	ip, err := listenAddress(opt.Config.SocketIfname, opt.MasterAddr)
+	ln, err := listen(opt.Config, opt.MasterAddr, size)
 	if err != nil {
 		return nil, err
 	}
-	var ln *tcp.Listener
-	if size > 1 {
-		if ln, err = tcp.Listen(ip); err != nil {
-			return nil, err
-		}
+	if ln != nil {
 		defer ln.Close()
 	}
-	me := peerInfo{Host: hostIdentity(), PID: os.Getpid()}
+	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), Key: id.Key.PublicKey().Bytes()}
 	if ln != nil {
 		me.Addr = ln.Addr()
 	}
@@ -106,11 +100,10 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		if err != nil {
 			return nil, fmt.Errorf("waiting for rank 0 to publish the communicator id: %v", err)
 		}
-		if len(v) != 32 {
+		if len(v) != len(id.CommID) {
 			return nil, fmt.Errorf("the store holds a malformed communicator id (%d bytes)", len(v))
 		}
-		copy(id.CommID[:], v[:16])
-		copy(id.Token[:], v[16:])
+		copy(id.CommID[:], v)
 	}
 	peers := make([]peerInfo, size)
 	for p := range peers {
@@ -127,7 +120,11 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 	}
 
-	links, err := connect(ln, &id, rank, peers, stripesTo(opt, peers), deadline, log)
+	if id.Public, err = publicKeys(peers); err != nil {
+		return nil, err
+	}
+
+	links, err := connect(store, prefix, ln, &id, rank, peers, stripesTo(opt, peers), opt.Config.PeerTimeout, deadline, log)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +132,9 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	matcher.SetEarlyLimit(int(opt.Config.EarlyBytes))
 	tl := make([]transport.Link, size)
 	for p, conns := range links {
-		tl[p] = tcp.NewStripedLink(conns, p, matcher)
+		link := tcp.NewStripedLink(conns, p, matcher)
+		link.Watch(peers[p].name(p), opt.Config.PeerTimeout)
+		tl[p] = link
 	}
 	loc, shmLinks, err := setupLocal(store, prefix, id.CommID[:], rank, peers, opt, deadline, matcher, log)
 	if err != nil {
@@ -170,7 +169,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		hosts[p] = peers[p].Host
 	}
 	// The inter-node link is measured before anything else uses the links.
-	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), opt.Config, deadline)
+	inter, err := agreeInter(store, prefix, rank, mesh, nodesOf(opt.Config, size, hosts), hosts, opt.Config, deadline)
 	if err != nil {
 		mesh.Close(err)
 		if loc != nil {
@@ -196,104 +195,6 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		}
 	}
 	return c, nil
-}
-
-// connect dials every lower rank and accepts every higher one, concurrently.
-// stripes[p] is how many connections to open to a lower rank p.
-func connect(ln *tcp.Listener, id *tcp.Identity, rank int, peers []peerInfo, stripes []int, deadline time.Time, log *Logger) (map[int][]*net.TCPConn, error) {
-	size := len(peers)
-	conns := make(map[int][]*net.TCPConn, size)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for p := 0; p < rank; p++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := tcp.DialStripes(peers[p].Addr, id, rank, p, stripes[p], deadline)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			conns[p] = c
-		}()
-	}
-	if rank < size-1 {
-		var higher []int
-		for p := rank + 1; p < size; p++ {
-			higher = append(higher, p)
-		}
-		got, err := ln.AcceptStriped(id, rank, higher, deadline, log.Warnf)
-		mu.Lock()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for p, c := range got {
-			conns[p] = c
-		}
-		mu.Unlock()
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		for _, cs := range conns {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-		return nil, errors.Join(errs...)
-	}
-	return conns, nil
-}
-
-// listenAddress picks the IPv4 address to listen on: the named interface's,
-// else the one that routes to the rendezvous host, else the first
-// non-loopback interface's, else loopback.
-func listenAddress(ifname, master string) (string, error) {
-	if ifname != "" {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return "", fmt.Errorf("GOHCCL_SOCKET_IFNAME=%s: %v", ifname, err)
-		}
-		if ip := firstIPv4(ifi); ip != "" {
-			return ip, nil
-		}
-		return "", fmt.Errorf("GOHCCL_SOCKET_IFNAME=%s: the interface has no IPv4 address", ifname)
-	}
-	if master != "" {
-		if ips, err := net.LookupIP(master); err == nil && len(ips) > 0 {
-			if ips[0].IsLoopback() {
-				return "127.0.0.1", nil
-			}
-			// A UDP "connection" sends nothing; it only asks the kernel
-			// which local address routes to the rendezvous host.
-			if u, err := net.Dial("udp4", net.JoinHostPort(ips[0].String(), "9")); err == nil {
-				ip := u.LocalAddr().(*net.UDPAddr).IP.String()
-				u.Close()
-				return ip, nil
-			}
-		}
-	}
-	ifs, _ := net.Interfaces()
-	for i := range ifs {
-		if ifs[i].Flags&net.FlagUp != 0 && ifs[i].Flags&net.FlagLoopback == 0 {
-			if ip := firstIPv4(&ifs[i]); ip != "" {
-				return ip, nil
-			}
-		}
-	}
-	return "127.0.0.1", nil
-}
-
-func firstIPv4(ifi *net.Interface) string {
-	addrs, _ := ifi.Addrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-			return n.IP.String()
-		}
-	}
-	return ""
 }
 
 // capProcs caps GOMAXPROCS by the number of ranks on this host.

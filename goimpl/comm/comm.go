@@ -263,7 +263,6 @@ func (c *Comm) Err() error {
 func (c *Comm) breakBy(err error) error {
 	if c.broken.CompareAndSwap(nil, &err) {
 		c.log.Warnf("communicator broken: %v", err)
-		c.dumpOnFailure(err)
 	}
 	return *c.broken.Load()
 }
@@ -474,6 +473,7 @@ func (c *Comm) Close() {
 func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) error {
 	c.mu.Lock()
 	if err := c.Err(); err != nil {
+		c.refused(fp, err) // flight.go
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}

@@ -29,13 +29,17 @@ func (c *Comm) recordCollective(ch tune.Choice) {
 		return
 	}
 	fp := &c.op.Stamp.Fingerprint
-	root := int32(-1)
+	c.rec = c.flight.Begin(&flight.Record{Seq: c.seq, Kind: fp.Kind, DType: fp.DType, Op: fp.Op, Count: fp.Count,
+		Root: rootOf(fp), Peer: -1, State: flight.Running, Choice: ch}, c.started)
+}
+
+// rootOf is fp's root for a rooted collective, else -1.
+func rootOf(fp *transport.Fingerprint) int32 {
 	switch fp.Kind {
 	case transport.KindBroadcast, transport.KindReduce, transport.KindGather, transport.KindScatter:
-		root = fp.Root
+		return fp.Root
 	}
-	c.rec = c.flight.Begin(&flight.Record{Seq: c.seq, Kind: fp.Kind, DType: fp.DType, Op: fp.Op, Count: fp.Count,
-		Root: root, Peer: -1, State: flight.Running, Choice: ch}, c.started)
+	return -1
 }
 
 // awaitedBy lists the peers a failed op was still waiting for: the one
@@ -71,6 +75,19 @@ func (c *Comm) awaitedBy(err error, recvs []transport.Recv) []int {
 	}
 	slices.Sort(peers)
 	return peers
+}
+
+// refused records a collective issued on a broken communicator, with the
+// sequence number it would have had, and writes the failure dump if none was
+// written yet (the failure came from a peer while this rank was elsewhere:
+// the dump then shows what it was about to run).
+func (c *Comm) refused(fp transport.Fingerprint, err error) {
+	if c.flight != nil {
+		id := c.flight.Begin(&flight.Record{Seq: c.seq + 1, Kind: fp.Kind, DType: fp.DType, Op: fp.Op,
+			Count: fp.Count, Root: rootOf(&fp), Peer: -1, State: flight.Refused}, time.Now())
+		c.flight.End(id, false, nil)
+	}
+	c.dumpOnFailure(err)
 }
 
 // traceReason names the kind of failure err is, for a dump.
@@ -127,7 +144,7 @@ func (c *Comm) Trace(reason string) *flight.Dump {
 		d.Error = (*p).Error()
 	}
 	for i := len(recs) - 1; i >= 0; i-- {
-		if r := &recs[i]; r.Seq > 0 {
+		if r := &recs[i]; r.Seq > 0 && r.State != flight.Refused {
 			d.LastSeq = r.Seq
 			if r.State == flight.Running && r.NAwaited == 0 {
 				// The collective in progress: whom the matcher still

@@ -57,7 +57,9 @@ func (c *Comm) checkPeer(what string, peer int, allowAny bool) error {
 }
 
 // Send sends count elements of buf to peer with tag. It returns once buf may
-// be reused and never waits for the matching receive to be posted.
+// be reused; it waits for the matching receive to be posted only when the
+// peer already holds GOHCCL_EARLY_BYTES of this rank's frames that no
+// receive asked for yet (docs/protocol.md, "Flow").
 func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType, timeout time.Duration) error {
 	if err := c.checkPeer("send destination", peer, false); err != nil {
 		return err
@@ -66,6 +68,7 @@ func (c *Comm) Send(peer int, tag int64, buf []byte, count int, dt reduce.DType,
 		return err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	h := p2pHeader(tag, count, dt)
@@ -97,6 +100,7 @@ func (c *Comm) PostRecv(peer int, tag int64, buf []byte, count int, dt reduce.DT
 		return nil, err
 	}
 	if err := c.Err(); err != nil {
+		c.dumpOnFailure(err)
 		return nil, fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	r := c.p2p.pool.Get().(*RecvRequest)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gohccl/gohccl/goimpl/config"
@@ -28,6 +29,12 @@ type interLink struct {
 }
 
 func (l interLink) valid() bool { return l.link.Bandwidth > 0 && l.link.Latency > 0 }
+
+// measuredLinks holds, per pair of hosts (and the settings that shape the
+// probe), the link rank 0 of an earlier communicator of this process
+// measured: torch makes a communicator per group, and the link does not
+// change between them.
+var measuredLinks sync.Map
 
 // The probe's shape: pings for the latency, then bursts each way at once in
 // rounds that double from probeFirst frames until one lasts probeLong or
@@ -56,78 +63,98 @@ const (
 // publishes them; every rank prices with what rank 0 published, so all make
 // the same choices even if their environments differ. When it measures and
 // the first two nodes have two or more ranks each, their i-th ranks then
-// pair up and burst all at once for one round (probeShared): what the
-// pairs carry together is what the node's link carries.
+// pair up and burst all at once (shared): if pair 0 gets less than 80% of
+// its rate alone beside the others, the nodes' ranks share one link.
 func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Mesh, t *topo.Topology,
-	cfg config.Config, deadline time.Time) (interLink, error) {
+	hosts []string, cfg config.Config, deadline time.Time) (interLink, error) {
 	if t.NumNodes() < 2 {
 		return interLink{}, nil
 	}
 	far := t.Nodes[1][0]
 	planKey, key, sharedKey := prefix+"inter/plan", prefix+"inter", prefix+"inter/shared"
 	pairs := min(len(t.Nodes[0]), len(t.Nodes[1]))
-	pairKey := func(i int) string { return fmt.Sprintf("%sinter/pair/%d", prefix, i) }
+	goKey := func(i int) string { return fmt.Sprintf("%sinter/go/%d", prefix, i) }
 	// shared runs this rank's part of the round of all pairs at once, if it
-	// is in one of them, after rank 0 said how many frames; the first node's
-	// rank publishes its pair's rate.
-	shared := func() error {
+	// is in one of them, after rank 0 said how many frames: the other
+	// pairs say they go and burst twice as long, and pair 0 (ranks 0 and
+	// far) starts once all have gone, so its round runs wholly beside
+	// theirs; it returns pair 0's rate on rank 0.
+	shared := func() (float64, error) {
 		i, mine := slices.Index(t.Nodes[0], rank), true
 		if i < 0 {
 			i, mine = slices.Index(t.Nodes[1], rank), false
 		}
 		if i < 0 || i >= pairs || pairs < 2 {
-			return nil
+			return 0, nil
 		}
 		v, err := store.Get(sharedKey, time.Until(deadline))
 		if err != nil {
-			return fmt.Errorf("waiting for rank 0 to start the shared-link probe: %v", err)
+			return 0, fmt.Errorf("waiting for rank 0 to start the shared-link probe: %v", err)
 		}
 		frames := 0
 		fmt.Sscan(string(v), &frames)
 		if frames <= 0 {
-			return nil
+			return 0, nil
 		}
 		peer := t.Nodes[1][i]
 		if !mine {
 			peer = t.Nodes[0][i]
 		}
+		if i > 0 {
+			frames *= 2
+			if mine {
+				if err := store.Set(goKey(i), []byte("go")); err != nil {
+					return 0, fmt.Errorf("store: %v", err)
+				}
+			}
+		} else {
+			for j := 1; j < pairs; j++ {
+				if _, err := store.Get(goKey(j), time.Until(deadline)); err != nil {
+					return 0, fmt.Errorf("waiting for rank %d to start its share of the node's link: %v", t.Nodes[0][j], err)
+				}
+			}
+		}
 		p := linkProbe{mesh: m, peer: peer, deadline: deadline}
 		rate, err := p.sharedRound(mine, frames)
 		if err != nil {
-			return fmt.Errorf("measuring the link to rank %d with every pair at once: %w", peer, err)
+			return 0, fmt.Errorf("measuring the link to rank %d with every pair at once: %w", peer, err)
 		}
-		if mine {
-			return store.Set(pairKey(i), []byte(fmt.Sprintf("%g", rate)))
-		}
-		return nil
+		return rate, nil
 	}
 	switch rank {
 	case 0:
 		given := cfg.InterLatency > 0 && cfg.InterBW > 0
+		// A link this process measured already, for an earlier
+		// communicator over the same two hosts, is not measured again.
+		cacheKey := ""
+		if len(hosts) == len(t.Node) {
+			cacheKey = fmt.Sprintf("%s\x00%s\x00%d\x00%d\x00%s", hosts[0], hosts[far], pairs, cfg.RanksPerNode, cfg.Transport)
+		}
+		cached, known := measuredLinks.Load(cacheKey)
+		known = known && cacheKey != ""
 		plan := "probe"
-		if given {
+		switch {
+		case given:
 			plan = "given"
+		case known:
+			plan = "known"
 		}
 		if err := store.Set(planKey, []byte(plan)); err != nil {
 			return interLink{}, fmt.Errorf("store: %v", err)
 		}
 		l := interLink{link: tune.Link{Latency: cfg.InterLatency, Bandwidth: cfg.InterBW}, source: "GOHCCL_INTER_LATENCY and GOHCCL_INTER_BW"}
-		if !given {
+		switch {
+		case given:
+		case known:
+			l = cached.(interLink)
+			l.source = "as measured for an earlier communicator of this process: " + l.source
+		default:
 			p := linkProbe{mesh: m, peer: far, deadline: deadline}
 			got, what, err := p.measure(true)
 			if err != nil {
 				return interLink{}, fmt.Errorf("measuring the link to rank %d on another node: %w", far, err)
 			}
-			l.source = fmt.Sprintf("measured between ranks 0 and %d: %s", far, what)
-			if cfg.InterLatency > 0 {
-				got.Latency = cfg.InterLatency
-				l.source += "; latency from GOHCCL_INTER_LATENCY"
-			}
-			if cfg.InterBW > 0 {
-				got.Bandwidth = cfg.InterBW
-				l.source += "; bandwidth from GOHCCL_INTER_BW"
-			}
-			l.link = got
+			l = interLink{link: got, source: fmt.Sprintf("measured between ranks 0 and %d: %s", far, what)}
 			frames := 0
 			if pairs >= 2 {
 				frames = p.frames
@@ -135,27 +162,30 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 			if err := store.Set(sharedKey, []byte(fmt.Sprint(frames))); err != nil {
 				return interLink{}, fmt.Errorf("store: %v", err)
 			}
-			if err := shared(); err != nil {
+			rate, err := shared()
+			if err != nil {
 				return interLink{}, err
 			}
 			if frames > 0 {
-				var sum float64
-				for i := 0; i < pairs; i++ {
-					v, err := store.Get(pairKey(i), time.Until(deadline))
-					if err != nil {
-						return interLink{}, fmt.Errorf("waiting for rank %d's share of the node's link: %v", t.Nodes[0][i], err)
-					}
-					var r float64
-					fmt.Sscan(string(v), &r)
-					sum += r
+				// Pair 0 beside the others: under 80% of its rate alone
+				// says the pairs share their nodes' link, which then
+				// carries what they carry together.
+				if rate > 0 && rate < 0.8*got.Bandwidth {
+					l.nodeBW = max(rate*float64(pairs), got.Bandwidth)
 				}
-				// Pairs that together carry less than 80% of each
-				// carrying the link's bandwidth share their nodes' link.
-				if sum > 0 && sum < 0.8*float64(pairs)*got.Bandwidth {
-					l.nodeBW = max(sum, got.Bandwidth)
-				}
-				l.source += fmt.Sprintf("; %d pairs at once: %.3f GB/s in all", pairs, sum/1e9)
+				l.source += fmt.Sprintf("; beside %d other pairs: %.3f GB/s", pairs-1, rate/1e9)
 			}
+			if cacheKey != "" {
+				measuredLinks.Store(cacheKey, l)
+			}
+		}
+		if !given && cfg.InterLatency > 0 {
+			l.link.Latency = cfg.InterLatency
+			l.source += "; latency from GOHCCL_INTER_LATENCY"
+		}
+		if !given && cfg.InterBW > 0 {
+			l.link.Bandwidth = cfg.InterBW
+			l.source += "; bandwidth from GOHCCL_INTER_BW"
 		}
 		if err := store.Set(key, []byte(fmt.Sprintf("%g %g %g %s", l.link.Latency, l.link.Bandwidth, l.nodeBW, l.source))); err != nil {
 			return interLink{}, fmt.Errorf("store: %v", err)
@@ -171,7 +201,7 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 			if _, _, err := p.measure(false); err != nil {
 				return interLink{}, fmt.Errorf("measuring the link to rank 0 on another node: %w", err)
 			}
-			if err := shared(); err != nil {
+			if _, err := shared(); err != nil {
 				return interLink{}, err
 			}
 		}
@@ -182,7 +212,7 @@ func agreeInter(store rendezvous.Store, prefix string, rank int, m *transport.Me
 				return interLink{}, fmt.Errorf("waiting for rank 0 to say how the inter-node link is learned: %v", err)
 			}
 			if string(plan) == "probe" {
-				if err := shared(); err != nil {
+				if _, err := shared(); err != nil {
 					return interLink{}, err
 				}
 			}

@@ -122,3 +122,18 @@ func TestParseInterRefusesNonsense(t *testing.T) {
 		assert.ErrorContains(t, err, "malformed", "%q", bad)
 	}
 }
+
+func TestInterMeasuredOncePerProcess(t *testing.T) {
+	// A communicator over the same hosts reuses the link an earlier one of
+	// the process measured; a figure given still wins over it.
+	cfg := func(int) config.Config { c := smallBuffers(); c.Transport = "tcp"; c.BuffSize = 1 << 20; return c }
+	earlier := bootNodes(t, 4, 2, cfg)
+	first := sameInter(t, earlier)
+	again := bootNodes(t, 4, 2, cfg)
+	assert.Equal(t, first, sameInter(t, again))
+	assert.Equal(t, comms0Model(earlier).NodeBW, comms0Model(again).NodeBW)
+	withLatency := bootNodes(t, 4, 2, func(r int) config.Config { c := cfg(r); c.InterLatency = 77e-6; return c })
+	assert.Equal(t, tune.Link{Latency: 77e-6, Bandwidth: first.Bandwidth}, sameInter(t, withLatency))
+}
+
+func comms0Model(comms []*Comm) tune.Model { return comms[0].tuner.Model() }

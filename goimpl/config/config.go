@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gohccl/gohccl/goimpl/tune"
 )
@@ -38,9 +39,9 @@ var Vars = []Var{
 	{"GOHCCL_INTRA_BW", "GB/s (decimal)", "3",
 		"Tuner's bandwidth per rank between ranks of one node (1/beta)."},
 	{"GOHCCL_INTER_LATENCY", "microseconds", "",
-		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
+		"Tuner's latency per step between nodes. Empty: measured at init (half the median round trip of small frames between rank 0 and the lowest rank on another node, over the links the collectives use; rank 0's figures are agreed by every rank; a later communicator over the same two hosts reuses them), which INFO prints. Set it (on rank 0, which decides for all) to skip the measurement."},
 	{"GOHCCL_INTER_BW", "GB/s (decimal)", "",
-		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once for one round, and if the pairs together carry under 80% of that many links, the ranks of a node are priced as sharing one (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
+		"Tuner's bandwidth per rank between nodes (1.25 = 10 Gb/s Ethernet; 12.5 = 100 Gb/s RoCE). Empty: measured at init by the same pair of ranks, both sending at once in rounds that double until one lasts 8 ms or carries 16 MiB each way, each timed from its start to the last arrival; the slower direction counts; then, where the first two nodes have several ranks, their i-th ranks pair up and burst all at once, and if rank 0's pair gets under 80% of its rate alone beside the others, the ranks of a node are priced as sharing one link (INFO says so). Set both INTER variables to skip the probe (and take every rank to have a link of its own)."},
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
@@ -48,7 +49,11 @@ var Vars = []Var{
 	{"GOHCCL_NSOCKS", "auto | 1-8", "auto",
 		"TCP connections per pair of ranks on different hosts; a large frame (128 KiB and up) is cut into parts sent over all of them at once. auto: half the cores each rank of the host can have (GOMAXPROCS over the ranks on the host), at least 1 and at most 4, since each connection's kernel copies take a core at full speed. The ranks connecting decide (the higher rank of each pair), so values may differ across ranks. Peers on the same host that use shared memory always get one."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
-		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address that routes to MASTER_ADDR, else the first non-loopback interface, else loopback."},
+		"Network interface whose IPv4 address the TCP transport listens on. Empty: the address of the interface that routes to MASTER_ADDR; when MASTER_ADDR names this host and resolves to loopback (Debian's 127.0.1.1), the interface of the default route, else the first non-loopback interface. Loopback only when MASTER_ADDR is loopback (localhost, 127.x) or the host has no other interface."},
+	{"GOHCCL_PEER_TIMEOUT", "seconds (decimal), 0 = off", "5",
+		"How long a peer may stay silent at the TCP level before it is declared lost: its host answers neither data, retransmissions nor keepalive probes (sent after idle time of a fifth of this, at least 1 s). Every rank then fails with an error naming the peer's rank, host and address instead of waiting out the op's timeout. The same bound applies at bootstrap to a published address that refuses or does not answer connections. Shorter notices a dead host sooner; longer rides out longer network outages. 0 leaves it to the kernel (minutes) and the op timeout."},
+	{"GOHCCL_PORT_RANGE", "lo-hi (ports)", "",
+		"Ports the TCP listener may bind, for firewalled clusters, e.g. `29600-29700`; each rank takes a free one in the range (starting at a random one), and init fails naming the range when every port in it is taken. A host needs at least as many ports as ranks it runs per communicator. Empty: any free port the kernel picks."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
 	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
@@ -91,6 +96,12 @@ type Config struct {
 	NSocks int
 	// SocketIfname picks the listening interface (GOHCCL_SOCKET_IFNAME).
 	SocketIfname string
+	// PeerTimeout is how long a peer may stay silent before it is declared
+	// lost (GOHCCL_PEER_TIMEOUT); 0 for never.
+	PeerTimeout time.Duration
+	// PortLo and PortHi bound the TCP listener's port (GOHCCL_PORT_RANGE);
+	// both 0 for any.
+	PortLo, PortHi int
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
 	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
@@ -197,6 +208,9 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	}
 	c.TraceDir = get("GOHCCL_TRACE_DIR")
 	c.SocketIfname = get("GOHCCL_SOCKET_IFNAME")
+	if err := c.loadNetwork(get); err != nil {
+		return c, err
+	}
 	if v := strings.ToLower(get("GOHCCL_NSOCKS")); v != "auto" {
 		if c.NSocks, err = strconv.Atoi(v); err != nil || c.NSocks < 1 || c.NSocks > MaxNSocks {
 			return c, fmt.Errorf("GOHCCL_NSOCKS=%q: want auto or 1 to %d", v, MaxNSocks)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,6 +101,30 @@ func TestRuntimeLibraries(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "/opt/cuda/libcudart.so.12", c.CUDALibrary)
 	assert.Equal(t, "/x/libascendcl.so", c.ACLLibrary)
+}
+
+func TestNetworkVariables(t *testing.T) {
+	c := Default()
+	assert.Equal(t, 5*time.Second, c.PeerTimeout)
+	assert.Zero(t, c.PortLo)
+	assert.Zero(t, c.PortHi)
+	c, err := Load(env(map[string]string{"GOHCCL_PEER_TIMEOUT": "2.5", "GOHCCL_PORT_RANGE": "29600-29700"}))
+	require.NoError(t, err)
+	assert.Equal(t, 2500*time.Millisecond, c.PeerTimeout)
+	assert.Equal(t, [2]int{29600, 29700}, [2]int{c.PortLo, c.PortHi})
+	c, err = Load(env(map[string]string{"GOHCCL_PEER_TIMEOUT": "0", "GOHCCL_PORT_RANGE": "30000"}))
+	require.NoError(t, err)
+	assert.Zero(t, c.PeerTimeout)
+	assert.Equal(t, [2]int{30000, 30000}, [2]int{c.PortLo, c.PortHi})
+	for name, bad := range map[string][]string{
+		"GOHCCL_PEER_TIMEOUT": {"soon", "-1", "nan", "0.5", "1e9"},
+		"GOHCCL_PORT_RANGE":   {"x", "10-5", "0-10", "1-70000", "5-"},
+	} {
+		for _, v := range bad {
+			_, err := Load(env(map[string]string{name: v}))
+			assert.ErrorContains(t, err, name, "%s=%s", name, v)
+		}
+	}
 }
 
 func TestTraceVariables(t *testing.T) {

@@ -38,9 +38,13 @@ const (
 	Done
 	// Failed: finished with an error.
 	Failed
+	// Refused: never started, because the communicator was already broken
+	// when the caller issued it. Its Seq is the one it would have had: what
+	// a rank that arrived after the others gave up was about to run.
+	Refused
 )
 
-var stateNames = [...]string{"queued", "running", "done", "failed"}
+var stateNames = [...]string{"queued", "running", "done", "failed", "refused"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -176,7 +180,9 @@ func (r *Recorder) End(id uint64, failed bool, awaited []int) {
 	r.mu.Lock()
 	if s := r.slot(id); s != nil {
 		s.End = now
-		s.State = Done
+		if s.State != Refused {
+			s.State = Done
+		}
 		if failed {
 			s.State = Failed
 			s.NAwaited = int32(len(awaited))
@@ -203,7 +209,7 @@ func (r *Recorder) Snapshot() (recs []Record, dropped uint64) {
 	for id := last - n + 1; id <= last; id++ {
 		rec := r.ring[id%uint64(len(r.ring))]
 		rec.Start += wall
-		if rec.State == Done || rec.State == Failed {
+		if rec.State >= Done {
 			rec.End += wall
 		} else {
 			rec.End = 0

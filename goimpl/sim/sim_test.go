@@ -227,7 +227,14 @@ func TestSharedNodeLink(t *testing.T) {
 		sim, err := Run(net, tune.AllReduce, c, bytes)
 		require.NoError(t, err, form)
 		priced := m.Cost(c, s)
-		assert.InEpsilon(t, sim, priced, 0.10, "%s: simulated %g, priced %g", form, sim, priced)
+		// Halving-doubling's two flows of a node contend for its uplink in
+		// the order the goroutines reach it, which moves the simulated time
+		// by up to 20% between runs (see the package doc); the rings do not.
+		tol := 0.10
+		if form != "ring" && form != "level0:ring;level1:ring" {
+			tol = 0.25
+		}
+		assert.InEpsilon(t, sim, priced, tol, "%s: simulated %g, priced %g", form, sim, priced)
 		if form == "ring" {
 			assert.InEpsilon(t, alone.Cost(c, s), priced, 1e-9, "a flat ring crosses from one rank per node")
 		} else {

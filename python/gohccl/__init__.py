@@ -16,7 +16,7 @@ from gohccl import _C
 
 __version__ = _C.version()
 
-__all__ = ["__version__", "DEVICES"]
+__all__ = ["__version__", "DEVICES", "dump_trace"]
 
 # DEVICES: the device types the backend serves. Host tensors go to libgohccl
 # as they are; cuda and privateuseone tensors (torch_npu renames PrivateUse1
@@ -25,6 +25,14 @@ __all__ = ["__version__", "DEVICES"]
 # not a device type until torch_npu is loaded, and init_process_group would
 # refuse it.
 DEVICES = ("cpu", "cuda", "privateuseone")
+
+
+def dump_trace(dir=None):
+    """Write the flight record of every gohccl communicator of this process
+    into dir (default: GOHCCL_TRACE_DIR) and return the paths; see
+    gohccl.trace.dump_trace and docs/trace.md."""
+    from gohccl import trace  # not at import: `python -m gohccl.trace` runs it as __main__
+    return trace.dump_trace(dir)
 
 
 def _register_backend():

@@ -87,7 +87,7 @@ func run(name string, args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("-coll %q: allreduce, broadcast, allgather or reducescatter", *coll)
 	}
-	m := tune.Model{Intra: net.Intra, Inter: net.Inter, ReduceBW: net.ReduceBW, Segment: net.Segment}
+	m := tune.Model{Intra: net.Intra, Inter: net.Inter, NodeBW: net.NodeBW, ReduceBW: net.ReduceBW, Segment: net.Segment}
 	shape := tune.Shape{N: net.Ranks, Nodes: *nodes, PerNode: *perNode, Consecutive: true}
 	// The rows on a host's shared-memory engine have no links to simulate.
 	onLinks := func(ps []tune.Priced) []tune.Priced {

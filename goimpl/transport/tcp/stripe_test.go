@@ -167,15 +167,15 @@ func TestStripeConnectionDeathIsAnError(t *testing.T) {
 func TestStripedHandshakeRefusesBadStripes(t *testing.T) {
 	id := testIdentity()
 	for _, c := range []struct{ stripe, stripes uint8 }{{3, 3}, {0, MaxStripes + 1}, {9, 2}} {
-		h := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token, Stripe: c.stripe, Stripes: c.stripes}
+		h := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Stripe: c.stripe, Stripes: c.stripes}
 		var b [helloSize]byte
 		h.encode(b[:])
 		_, err := decodeHello(b[:])
 		assert.Error(t, err, "stripe %d of %d", c.stripe, c.stripes)
 	}
 	// One connection is encoded as before striping existed: zeros.
-	h := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token, Stripes: 1}
+	h := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Stripes: 1}
 	var b [helloSize]byte
 	h.encode(b[:])
-	assert.Equal(t, make([]byte, 8), b[56:64])
+	assert.Equal(t, make([]byte, 8), b[72:80])
 }

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"crypto/ecdh"
 	"errors"
 	"net"
 	"os"
@@ -15,16 +16,21 @@ import (
 	"github.com/gohccl/gohccl/goimpl/transport"
 )
 
+// testIdentity is an identity that both ends of a test connection use: one
+// key pair stands for every rank, so rank 0 and rank 1 derive the same key.
 func testIdentity() *Identity {
-	id := &Identity{Size: 2}
+	key, err := NewKey()
+	if err != nil {
+		panic(err)
+	}
+	id := &Identity{Size: 2, Key: key, Public: []*ecdh.PublicKey{key.PublicKey(), key.PublicKey()}}
 	copy(id.CommID[:], "comm-id-0123456")
-	copy(id.Token[:], "secret-token-xyz")
 	return id
 }
 
 func TestHelloRejectsMalformed(t *testing.T) {
 	id := testIdentity()
-	good := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token}
+	good := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID}
 	var b [helloSize]byte
 	good.encode(b[:])
 	h, err := decodeHello(b[:])
@@ -34,8 +40,7 @@ func TestHelloRejectsMalformed(t *testing.T) {
 	cases := map[string]func(h *hello, b []byte){
 		"magic":    func(h *hello, b []byte) { b[0] = 'X' },
 		"version":  func(h *hello, b []byte) { b[8] = 42 },
-		"reserved": func(h *hello, b []byte) { b[63] = 1 },
-		"token":    func(h *hello, b []byte) { b[45] ^= 1 },
+		"reserved": func(h *hello, b []byte) { b[79] = 1 },
 		"comm":     func(h *hello, b []byte) { b[30] ^= 1 },
 		"to":       func(h *hello, b []byte) { b[16] = 1 },
 		"from":     func(h *hello, b []byte) { b[12] = 0 },
@@ -59,7 +64,7 @@ func TestHelloRejectsMalformed(t *testing.T) {
 
 func FuzzHelloDecode(f *testing.F) {
 	id := testIdentity()
-	good := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token}
+	good := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID}
 	var b [helloSize]byte
 	good.encode(b[:])
 	f.Add(b[:])
@@ -74,7 +79,7 @@ func FuzzHelloDecode(f *testing.F) {
 		if string(out[:]) != string(in) {
 			t.Fatalf("decode/encode changed the handshake: %x -> %x", in, out)
 		}
-		if h.verify(id, 0) == nil && (h.Token != id.Token || h.CommID != id.CommID || h.From != 1) {
+		if h.verify(id, 0) == nil && (h.CommID != id.CommID || h.From != 1 || h.To != 0) {
 			t.Fatalf("verified a handshake that is not rank 1's of this communicator: %+v", h)
 		}
 	})
@@ -82,7 +87,7 @@ func FuzzHelloDecode(f *testing.F) {
 
 // TestStrayConnectionsDropped opens hostile connections to the listener
 // (garbage, a truncated handshake, an oversize one, another communicator's,
-// a wrong token, a silent one) while the real peer connects; the bootstrap
+// an impostor holding another key, a silent one) while the real peer connects; the bootstrap
 // must take the real peer and drop the rest.
 func TestStrayConnectionsDropped(t *testing.T) {
 	id := testIdentity()
@@ -107,7 +112,7 @@ func TestStrayConnectionsDropped(t *testing.T) {
 	truncated, err := net.Dial("tcp", ln.Addr())
 	require.NoError(t, err)
 	var hb [helloSize]byte
-	(&hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token}).encode(hb[:])
+	(&hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID}).encode(hb[:])
 	truncated.Write(hb[:helloSize/2])
 	truncated.Close()
 	oversize, err := net.Dial("tcp", ln.Addr())
@@ -117,12 +122,14 @@ func TestStrayConnectionsDropped(t *testing.T) {
 	otherComm, err := net.Dial("tcp", ln.Addr())
 	require.NoError(t, err)
 	defer otherComm.Close()
-	other := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID, Token: id.Token}
+	other := hello{Version: protoVersion, From: 1, To: 0, Size: 2, CommID: id.CommID}
 	other.CommID[0] ^= 1
 	other.encode(hb[:])
 	otherComm.Write(hb[:])
+	// An impostor that knows the communicator and every public key but holds
+	// another private key.
 	bad := *id
-	bad.Token[0] ^= 1
+	bad.Key, _ = NewKey()
 	go Dial(ln.Addr(), &bad, 1, 0, time.Now().Add(500*time.Millisecond))
 
 	var peer *net.TCPConn
