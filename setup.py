@@ -129,6 +129,7 @@ setup(
             sources=[
                 "csrc/module.cpp",
                 "csrc/ProcessGroupGoHCCL.cpp",
+                "csrc/Collective.cpp",
                 "csrc/WorkGoHCCL.cpp",
             ],
             include_dirs=[os.path.join(ROOT, "capi", "include"), os.path.join(ROOT, "csrc")],

@@ -225,6 +225,23 @@ func gohccl_version() *C.char { return cVersion }
 //export gohccl_abi_version
 func gohccl_abi_version() C.int { return C.GOHCCL_ABI_VERSION }
 
+// gohccl_dtype_info describes element type code from Go's own table
+// (reduce.DType), so that a test can check the C, C++ and Python lists
+// against it.
+//
+//export gohccl_dtype_info
+func gohccl_dtype_info(code C.int, name *C.char, nameLen C.size_t, size *C.int) C.int {
+	d := reduce.DType(code)
+	if code < 0 || !d.Valid() {
+		return 0
+	}
+	writeString(name, nameLen, d.String())
+	if size != nil {
+		*size = C.int(d.Size())
+	}
+	return 1
+}
+
 //export gohccl_comm_create
 func gohccl_comm_create(ops *C.gohccl_store_ops, ctx unsafe.Pointer, rank, size C.int, timeoutMs C.int64_t,
 	out *C.gohccl_comm, errBuf *C.char, errN C.size_t) (st C.gohccl_status) {

@@ -1,7 +1,7 @@
-// ProcessGroupGoHCCL: the Store bridge, argument checks, and one body for
-// every torch operation: a Collective, whose Layouts say where torch's
-// tensors lie in the flat buffers of one gohccl_run call, packed before it
-// and unpacked after. See ProcessGroupGoHCCL.hpp for the threading model.
+// ProcessGroupGoHCCL: the Store bridge, the argument checks, and each
+// torch operation as a Collective (Collective.hpp: where its tensors lie in
+// libgohccl's buffers) submitted through one path. See
+// ProcessGroupGoHCCL.hpp for the threading model.
 #include "ProcessGroupGoHCCL.hpp"
 
 #include <unistd.h>
@@ -11,69 +11,11 @@
 #include <numeric>
 
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 namespace gohccl {
 
 namespace {
-
-// kErrLen is the size of the buffer libgohccl writes its message into; a
-// message names op, sequence number, peer and cause, well under this.
-constexpr size_t kErrLen = 4096;
-
-const char* statusName(gohccl_status status) {
-  switch (status) {
-    case GOHCCL_OK:
-      return "GOHCCL_OK";
-    case GOHCCL_ERR_INVALID:
-      return "GOHCCL_ERR_INVALID";
-    case GOHCCL_ERR_TIMEOUT:
-      return "GOHCCL_ERR_TIMEOUT";
-    case GOHCCL_ERR_PEER:
-      return "GOHCCL_ERR_PEER";
-    case GOHCCL_ERR_MISMATCH:
-      return "GOHCCL_ERR_MISMATCH";
-    case GOHCCL_ERR_BROKEN:
-      return "GOHCCL_ERR_BROKEN";
-    case GOHCCL_ERR_BOOTSTRAP:
-      return "GOHCCL_ERR_BOOTSTRAP";
-    case GOHCCL_ERR_CONFIG:
-      return "GOHCCL_ERR_CONFIG";
-    case GOHCCL_ERR_CLOSED:
-      return "GOHCCL_ERR_CLOSED";
-    case GOHCCL_ERR_INTERNAL:
-      return "GOHCCL_ERR_INTERNAL";
-    default:
-      return "an unknown status";
-  }
-}
-
-// goCall runs one libgohccl call, f(err, err_len), and throws GoError with
-// libgohccl's message, verbatim, if it fails.
-template <typename F>
-void goCall(F&& f) {
-  char err[kErrLen];
-  err[0] = '\0';
-  const gohccl_status status = f(err, sizeof(err));
-  if (status == GOHCCL_OK) {
-    return;
-  }
-  err[kErrLen - 1] = '\0';
-  if (err[0] != '\0') {
-    throw GoError(status, err);
-  }
-  throw GoError(
-      status,
-      c10::str(
-          "gohccl: libgohccl failed with ",
-          statusName(status),
-          " (",
-          status,
-          ") and gave no message"));
-}
 
 // ---- The Store bridge: gohccl_store_ops over a c10d::Store. ----
 //
@@ -167,75 +109,6 @@ int storeAdd(
 }
 
 const gohccl_store_ops kStoreOps = {storeSet, storeGet, storeAdd};
-
-// ---- Element types ----
-//
-// kDtypes is every torch dtype the shim serves: the libgohccl element type
-// it travels as, and how many of those one torch element is (a complex
-// number travels as its real and imaginary parts). This is the C++ list of
-// dtypes; tests/test_dtypes.py checks it against Go's (reduce.DType, through
-// the C ABI) and Python's (gohccl.dtypes).
-constexpr DtypeInfo kDtypes[] = {
-    {at::kFloat, GOHCCL_FLOAT32, 1},
-    {at::kDouble, GOHCCL_FLOAT64, 1},
-    {at::kHalf, GOHCCL_FLOAT16, 1},
-    {at::kBFloat16, GOHCCL_BFLOAT16, 1},
-    {at::kChar, GOHCCL_INT8, 1},
-    {at::kByte, GOHCCL_UINT8, 1},
-    {at::kShort, GOHCCL_INT16, 1},
-    {at::kInt, GOHCCL_INT32, 1},
-    {at::kLong, GOHCCL_INT64, 1},
-    {at::kBool, GOHCCL_BOOL, 1},
-    {at::kComplexHalf, GOHCCL_FLOAT16, 2},
-    {at::kComplexFloat, GOHCCL_FLOAT32, 2},
-    {at::kComplexDouble, GOHCCL_FLOAT64, 2},
-};
-
-const DtypeInfo* dtypeInfo(at::ScalarType st) {
-  for (const DtypeInfo& row : kDtypes) {
-    if (row.torch == st) {
-      return &row;
-    }
-  }
-  return nullptr;
-}
-
-std::string servedDtypes() {
-  std::string names;
-  for (const DtypeInfo& row : kDtypes) {
-    names += (names.empty() ? "" : ", ");
-    names += c10::getDtypeNames(row.torch).first;
-  }
-  return names;
-}
-
-const DtypeInfo& dtypeOf(
-    at::ScalarType st,
-    const char* op,
-    const std::string& role) {
-  const DtypeInfo* row = dtypeInfo(st);
-  TORCH_CHECK_TYPE(
-      row != nullptr,
-      "gohccl ",
-      op,
-      ": ",
-      role,
-      " has dtype ",
-      st,
-      ", which gohccl does not support; it supports ",
-      servedDtypes());
-  return *row;
-}
-
-gohccl_dtype goDtype(const at::Tensor& t) {
-  return dtypeOf(t.scalar_type(), "", "").go;
-}
-
-// countOf is t's element count in libgohccl's units.
-uint64_t countOf(const at::Tensor& t) {
-  return static_cast<uint64_t>(t.numel()) *
-      dtypeOf(t.scalar_type(), "", "").lanes;
-}
 
 // ---- Argument checks ----
 
@@ -396,26 +269,6 @@ void checkRootTensor(int64_t rootTensor, const char* op) {
       " given, but there is one tensor per process");
 }
 
-// isDirect says libgohccl can use t's memory as it is.
-bool isDirect(const at::Tensor& t) {
-  return t.is_contiguous() && !t.is_conj() && !t.is_neg();
-}
-
-// scratchFor returns t, or an uninitialized contiguous tensor of its shape
-// when it is not direct: an output buffer whose old values do not matter.
-at::Tensor scratchFor(const at::Tensor& t) {
-  if (isDirect(t)) {
-    return t;
-  }
-  return at::empty(t.sizes(), t.options());
-}
-
-void copyBack(const at::Tensor& dst, const at::Tensor& buf) {
-  if (!dst.is_same(buf)) {
-    dst.copy_(buf);
-  }
-}
-
 // ---- fork ----
 
 // kLoadedPid is the process that loaded the shim, and with it libgohccl and
@@ -444,151 +297,6 @@ void checkNotForked(pid_t owner, const char* what) {
           "gohccl process group it inherited nor create a new one; start "
           "worker processes with the 'spawn' start method or torchrun "
           "instead."));
-}
-
-// ---- Reduction operators ----
-
-const char* redOpName(c10d::ReduceOp::RedOpType op) {
-  switch (op) {
-    case c10d::ReduceOp::SUM:
-      return "SUM";
-    case c10d::ReduceOp::AVG:
-      return "AVG";
-    case c10d::ReduceOp::PRODUCT:
-      return "PRODUCT";
-    case c10d::ReduceOp::MIN:
-      return "MIN";
-    case c10d::ReduceOp::MAX:
-      return "MAX";
-    case c10d::ReduceOp::BAND:
-      return "BAND";
-    case c10d::ReduceOp::BOR:
-      return "BOR";
-    case c10d::ReduceOp::BXOR:
-      return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM:
-      return "PREMUL_SUM";
-    default:
-      return "UNUSED";
-  }
-}
-
-// Reduction is a torch ReduceOp as libgohccl runs it. PREMUL_SUM becomes SUM
-// over inputs the shim has scaled by the factor first.
-struct Reduction {
-  gohccl_redop op = GOHCCL_SUM;
-  bool premul = false;
-  double factor = 1.0;
-  at::Tensor tensorFactor;
-
-  void scaleInPlace(const at::Tensor& buf) const {
-    if (!premul) {
-      return;
-    }
-    if (tensorFactor.defined()) {
-      buf.mul_(tensorFactor);
-    } else {
-      buf.mul_(factor);
-    }
-  }
-
-  // scaled returns a new tensor holding t's values times the factor.
-  at::Tensor scaled(const at::Tensor& t) const {
-    return tensorFactor.defined() ? t.mul(tensorFactor) : t.mul(factor);
-  }
-};
-
-Reduction reductionOf(
-    const c10d::ReduceOp& rop,
-    at::ScalarType st,
-    const char* op) {
-  const bool floating = at::isFloatingType(st);
-  const bool complex = at::isComplexType(st);
-  const c10d::ReduceOp::RedOpType type = rop.op_;
-  Reduction r;
-  switch (type) {
-    case c10d::ReduceOp::SUM:
-      r.op = GOHCCL_SUM;
-      break;
-    case c10d::ReduceOp::AVG:
-      r.op = GOHCCL_AVG;
-      break;
-    case c10d::ReduceOp::PRODUCT:
-      r.op = GOHCCL_PRODUCT;
-      break;
-    case c10d::ReduceOp::MIN:
-      r.op = GOHCCL_MIN;
-      break;
-    case c10d::ReduceOp::MAX:
-      r.op = GOHCCL_MAX;
-      break;
-    case c10d::ReduceOp::BAND:
-      r.op = GOHCCL_BAND;
-      break;
-    case c10d::ReduceOp::BOR:
-      r.op = GOHCCL_BOR;
-      break;
-    case c10d::ReduceOp::BXOR:
-      r.op = GOHCCL_BXOR;
-      break;
-    case c10d::ReduceOp::PREMUL_SUM: {
-      TORCH_CHECK_TYPE(
-          floating || complex,
-          "gohccl ",
-          op,
-          ": PREMUL_SUM needs a floating-point tensor, got ",
-          st);
-      const auto* sup =
-          dynamic_cast<const c10d::PreMulSumSupplement*>(rop.supplement_.get());
-      TORCH_CHECK_VALUE(
-          sup != nullptr,
-          "gohccl ",
-          op,
-          ": PREMUL_SUM came without its factor; make it with "
-          "torch.distributed._make_nccl_premul_sum");
-      r.op = GOHCCL_SUM;
-      r.premul = true;
-      if (sup->tensor_factor.defined()) {
-        // The factor is one element; read it on the CPU as a 0-dim tensor so
-        // it broadcasts without changing the buffer's dtype.
-        r.tensorFactor = sup->tensor_factor.to(at::kCPU).reshape({});
-      } else {
-        r.factor = sup->double_factor;
-      }
-      break;
-    }
-    default:
-      TORCH_CHECK_VALUE(
-          false,
-          "gohccl ",
-          op,
-          ": unsupported reduction operator ",
-          static_cast<int>(type));
-  }
-  const bool bitwise = type == c10d::ReduceOp::BAND ||
-      type == c10d::ReduceOp::BOR || type == c10d::ReduceOp::BXOR;
-  TORCH_CHECK_TYPE(
-      !(bitwise && (floating || complex)),
-      "gohccl ",
-      op,
-      ": bitwise ",
-      redOpName(type),
-      " needs an integer or bool tensor, got ",
-      st);
-  const bool ordered = type == c10d::ReduceOp::MIN ||
-      type == c10d::ReduceOp::MAX || type == c10d::ReduceOp::PRODUCT;
-  // A complex number travels as two reals: only reductions that act on each
-  // part alone (SUM, AVG, PREMUL_SUM) are right for it.
-  TORCH_CHECK_TYPE(
-      !(complex && (ordered || bitwise)),
-      "gohccl ",
-      op,
-      ": ",
-      redOpName(type),
-      " is not defined for complex tensors (",
-      st,
-      ")");
-  return r;
 }
 
 // splitCounts turns split sizes along dim 0 (empty: equal splits) into
@@ -677,344 +385,7 @@ void splitCounts(
       t.size(0));
 }
 
-// ---- Layouts: torch's tensors in libgohccl's flat buffers ----
-//
-// libgohccl reads one flat buffer and writes one (the same one, for the
-// operations that work in place). A Layout says where each of torch's
-// tensors lies in such a buffer, as pieces: elements [start, start + n) of
-// tensor i, in its own row-major order, at element `at` of the flat buffer.
-// Every collective describes its input and output this way, and the same
-// three functions move the data: read (pack the input), scratch (a buffer
-// for the output) and write (unpack the output). A layout of one whole
-// tensor whose memory libgohccl can use as it is costs no copy: the tensor
-// is the flat buffer.
-class Layout {
- public:
-  Layout() = default;
-
-  // backToBack lays ts out one after the other, whole.
-  static Layout backToBack(std::vector<at::Tensor> ts) {
-    Layout l;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      l.pieces_.push_back({i, 0, ts[i].numel(), l.numel_});
-      l.numel_ += ts[i].numel();
-    }
-    l.tensors_ = std::move(ts);
-    return l;
-  }
-
-  // interleaved cuts each of ts into size equal blocks and lays out block r
-  // of every tensor, in order, before the blocks r+1: the layout of the
-  // coalesced single-tensor collectives, in which rank r's share of all the
-  // tensors is one contiguous block.
-  static Layout interleaved(std::vector<at::Tensor> ts, int size) {
-    Layout l;
-    int64_t total = 0;
-    for (const at::Tensor& t : ts) {
-      total += t.numel() / size;
-    }
-    for (int r = 0; r < size; ++r) {
-      int64_t at = r * total;
-      for (size_t i = 0; i < ts.size(); ++i) {
-        const int64_t n = ts[i].numel() / size;
-        l.pieces_.push_back({i, r * n, n, at});
-        at += n;
-      }
-    }
-    l.numel_ = total * size;
-    l.tensors_ = std::move(ts);
-    return l;
-  }
-
-  // defined is false for the side of a call a rank has no buffer for (the
-  // input of scatter off the root, the output of gather).
-  bool defined() const {
-    return !tensors_.empty();
-  }
-  int64_t numel() const {
-    return numel_;
-  }
-  const std::vector<at::Tensor>& tensors() const {
-    return tensors_;
-  }
-  // offsets are the flat buffer's offsets of the tensors laid back to back.
-  std::vector<int64_t> offsets() const {
-    std::vector<int64_t> out;
-    for (const Piece& p : pieces_) {
-      out.push_back(p.at);
-    }
-    return out;
-  }
-
-  // read returns a flat buffer holding the tensors' values, scaled for
-  // PREMUL_SUM. With mayModify false no tensor of the layout is written.
-  at::Tensor read(const Reduction& red, bool mayModify) const {
-    if (direct()) {
-      const at::Tensor& t = tensors_[0];
-      if (!red.premul) {
-        return t;
-      }
-      if (mayModify) {
-        red.scaleInPlace(t);
-        return t;
-      }
-      return red.scaled(t);
-    }
-    at::Tensor flat = scratch();
-    if (single()) {
-      flat.copy_(tensors_[0]);
-    } else {
-      for (const Piece& p : pieces_) {
-        const at::Tensor& t = tensors_[p.tensor];
-        if (p.n == t.numel()) {
-          flat.narrow(0, p.at, p.n).view(t.sizes()).copy_(t);
-        } else {
-          flat.narrow(0, p.at, p.n).copy_(t.reshape({-1}).narrow(0, p.start, p.n));
-        }
-      }
-    }
-    red.scaleInPlace(flat);
-    return flat;
-  }
-
-  // scratch returns a flat buffer for the layout's values whose old
-  // contents do not matter: the tensor itself when the layout is direct.
-  at::Tensor scratch() const {
-    if (single()) {
-      return scratchFor(tensors_[0]);
-    }
-    return at::empty({numel_}, tensors_[0].options());
-  }
-
-  // write copies flat, a buffer from read or scratch, into the tensors.
-  void write(const at::Tensor& flat) const {
-    if (single()) {
-      copyBack(tensors_[0], flat);
-      return;
-    }
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const at::Tensor& t = tensors_[i];
-      at::Tensor buf;
-      for (const Piece& p : pieces_) {
-        if (p.tensor != i) {
-          continue;
-        }
-        if (p.n == t.numel()) {
-          t.copy_(flat.narrow(0, p.at, p.n).view(t.sizes()));
-          continue;
-        }
-        if (!buf.defined()) {
-          buf = scratchFor(t);
-        }
-        buf.view({-1}).narrow(0, p.start, p.n).copy_(flat.narrow(0, p.at, p.n));
-      }
-      if (buf.defined()) {
-        copyBack(t, buf);
-      }
-    }
-  }
-
- private:
-  struct Piece {
-    size_t tensor;
-    int64_t start;
-    int64_t n;
-    int64_t at;
-  };
-
-  // single: the layout is one whole tensor, so its flat buffer can have the
-  // tensor's shape, and be the tensor itself when that is direct.
-  bool single() const {
-    return pieces_.size() == 1 && pieces_[0].n == tensors_[0].numel();
-  }
-  bool direct() const {
-    return single() && isDirect(tensors_[0]);
-  }
-
-  std::vector<at::Tensor> tensors_;
-  std::vector<Piece> pieces_;
-  int64_t numel_ = 0;
-};
-
-// ---- Where a call's memory lives ----
-
-// Place is where a call's tensors live: host memory, or one device and the
-// caller's current stream on it at issue time. Every copy of the call and
-// libgohccl's staging run on that stream, so the call sees the work queued
-// there before it, as a collective on NCCL's or Gloo's streams does.
-struct Place {
-  gohccl_memory memory = GOHCCL_MEMORY_HOST;
-  std::optional<c10::Stream> stream;
-};
-
-// placeOf checks that every tensor of the layouts is on one device and
-// returns its place. For a device it also records each tensor's memory as
-// in use on the caller's stream, so the caching allocator does not hand it
-// out again before the call's copies on that stream are done.
-Place placeOf(const std::vector<const Layout*>& layouts, const char* op) {
-  const at::Tensor* first = nullptr;
-  for (const Layout* l : layouts) {
-    for (const at::Tensor& t : l->tensors()) {
-      if (first == nullptr) {
-        first = &t;
-        continue;
-      }
-      TORCH_CHECK_VALUE(
-          t.device() == first->device(),
-          "gohccl ",
-          op,
-          ": its tensors are on ",
-          first->device(),
-          " and ",
-          t.device(),
-          "; all tensors of one call must be on one device");
-    }
-  }
-  Place place;
-  if (first == nullptr || first->device().is_cpu()) {
-    return place;
-  }
-  const c10::Device device = first->device();
-  place.memory =
-      device.is_cuda() ? GOHCCL_MEMORY_CUDA : GOHCCL_MEMORY_ACL;
-  const c10::impl::VirtualGuardImpl impl(device.type());
-  place.stream = impl.getStream(device);
-  for (const Layout* l : layouts) {
-    for (const at::Tensor& t : l->tensors()) {
-      impl.recordDataPtrOnStream(t.storage().data_ptr(), *place.stream);
-    }
-  }
-  return place;
-}
-
-// ---- One call of libgohccl ----
-
-bool worksInPlace(gohccl_call_kind kind) {
-  return kind == GOHCCL_CALL_ALLREDUCE || kind == GOHCCL_CALL_BROADCAST ||
-      kind == GOHCCL_CALL_REDUCE;
-}
-
-void* dataOf(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr() : nullptr;
-}
-
 } // namespace
-
-// Collective is one operation as libgohccl's gohccl_run takes it, with the
-// layouts of torch's tensors on either side. The operations that work in
-// place (all-reduce, broadcast, reduce) have an input only.
-struct Collective {
-  gohccl_call_kind kind = GOHCCL_CALL_BARRIER;
-  Layout in;
-  Layout out;
-  // readsIn: the input's values are sent (not so off the root of a
-  // broadcast, where the input is only written). writesIn: an in-place
-  // result is written back (not so on the root of a broadcast, or off the
-  // root of a reduce).
-  bool readsIn = true;
-  bool writesIn = true;
-  gohccl_dtype dtype = GOHCCL_FLOAT32;
-  // count is libgohccl's count: elements per rank, in its units.
-  uint64_t count = 0;
-  Reduction red;
-  int rank = 0;
-  int root = 0;
-  int peer = 0;
-  int64_t tag = 0;
-  std::vector<uint64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
-  Place place;
-
-  // make is a collective of kind moving perRank elements of ref's dtype
-  // per rank from in to out.
-  static Collective make(
-      gohccl_call_kind kind,
-      Layout in,
-      Layout out,
-      const at::Tensor& ref,
-      int64_t perRank) {
-    Collective c;
-    c.kind = kind;
-    c.in = std::move(in);
-    c.out = std::move(out);
-    const DtypeInfo& info = dtypeOf(ref.scalar_type(), "", "");
-    c.dtype = info.go;
-    c.count = static_cast<uint64_t>(perRank) * info.lanes;
-    return c;
-  }
-
-  // run packs the input, makes the call and unpacks the output. It returns
-  // the sender's rank for a receive, -1 otherwise.
-  int run(gohccl_comm comm, int64_t ms) const {
-    std::optional<c10::StreamGuard> onStream;
-    if (place.stream) {
-      onStream.emplace(*place.stream);
-    }
-    const bool inPlace = worksInPlace(kind);
-    at::Tensor src;
-    if (in.defined()) {
-      src = readsIn ? in.read(red, /*mayModify=*/inPlace && writesIn)
-                    : in.scratch();
-    }
-    at::Tensor dst = inPlace ? src : (out.defined() ? out.scratch() : at::Tensor());
-    if (!inPlace && src.defined() && dst.defined() && aliased(src, dst)) {
-      // The input would be overwritten while it is read (in-place
-      // all_to_all_single, say): send a copy of it.
-      src = src.clone();
-    }
-    gohccl_call call{};
-    call.kind = kind;
-    call.memory = place.memory;
-    call.device = place.stream ? place.stream->device_index() : 0;
-    call.stream = place.stream ? place.stream->native_handle() : nullptr;
-    call.sendbuf = inPlace ? nullptr : dataOf(src);
-    call.recvbuf = inPlace ? dataOf(src) : dataOf(dst);
-    call.count = count;
-    call.dtype = dtype;
-    call.op = red.op;
-    call.root = root;
-    call.peer = peer;
-    call.tag = tag;
-    if (kind == GOHCCL_CALL_ALLTOALLV) {
-      call.send_counts = sendCounts.data();
-      call.send_offsets = sendOffsets.data();
-      call.recv_counts = recvCounts.data();
-      call.recv_offsets = recvOffsets.data();
-    }
-    call.timeout_ms = ms;
-    goCall([&](char* e, size_t n) { return gohccl_run(comm, &call, e, n); });
-    if (inPlace) {
-      if (writesIn) {
-        in.write(src);
-      }
-    } else if (dst.defined()) {
-      out.write(dst);
-    }
-    if (place.stream) {
-      // The results are in the tensors once the work completes: the caller
-      // may read them on any stream, and the staged buffers are free.
-      c10::impl::VirtualGuardImpl(place.stream->device_type())
-          .synchronizeStream(*place.stream);
-    }
-    return kind == GOHCCL_CALL_RECV ? call.peer : -1;
-  }
-
- private:
-  // aliased says src and dst share memory in a way libgohccl does not
-  // serve. The one sharing it serves is allgather's in-place form: the
-  // input is this rank's block of the output.
-  bool aliased(const at::Tensor& src, const at::Tensor& dst) const {
-    if (src.numel() == 0 || dst.numel() == 0 ||
-        at::get_overlap_status(src, dst) == at::MemOverlapStatus::No) {
-      return false;
-    }
-    if (kind == GOHCCL_CALL_ALLGATHER) {
-      const auto* base = static_cast<const char*>(dst.const_data_ptr());
-      return src.const_data_ptr() !=
-          base + static_cast<int64_t>(rank) * src.nbytes();
-    }
-    return true;
-  }
-};
 
 // ---- Construction and teardown ----
 
@@ -1206,6 +577,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
     std::chrono::milliseconds timeout,
     bool asyncOp,
     std::vector<at::Tensor> outputs,
+    const std::vector<at::Tensor>& inputs,
     WorkGoHCCL::Body body) {
   checkNotForked(ownerPid_, opName);
   const bool collective = lane == Lane::kCollective;
@@ -1229,6 +601,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
         seq,
         timeout,
         std::move(outputs),
+        inputs,
         std::move(body),
         /*waitRunsBody=*/false,
         errorState_,
@@ -1283,6 +656,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postRecv(
       name,
       seq,
       std::chrono::milliseconds(ms),
+      std::vector<at::Tensor>{tensor},
       std::vector<at::Tensor>{tensor},
       [comm, req, ms, buf, tensor, name, closing = closing_]() {
         int source = -1;
@@ -1343,6 +717,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postDeviceRecv(
       seq,
       std::chrono::milliseconds(ms),
       std::vector<at::Tensor>{tensor},
+      std::vector<at::Tensor>{tensor},
       [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); },
       /*waitRunsBody=*/true,
       errorState_);
@@ -1362,6 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::submit(
   c.place = placeOf({&c.in, &c.out}, opName);
   const Lane lane =
       c.kind == GOHCCL_CALL_SEND ? Lane::kSend : Lane::kCollective;
+  const std::vector<at::Tensor> inputs = c.in.tensors();
   return enqueue(
       lane,
       opType,
@@ -1369,6 +745,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::submit(
       std::chrono::milliseconds(ms),
       opts.asyncOp,
       std::move(outputs),
+      inputs,
       [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); });
 }
 
@@ -1867,12 +1244,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::recvAnysource(
       onlyTensor(tensors, "recv_anysource", "tensor"),
       GOHCCL_ANY_SOURCE,
       tag);
-}
-
-// dtypeTable is the shim's list of dtypes, for the test that compares it
-// with Go's and Python's.
-std::vector<DtypeInfo> dtypeTable() {
-  return std::vector<DtypeInfo>(std::begin(kDtypes), std::end(kDtypes));
 }
 
 } // namespace gohccl

@@ -46,26 +46,10 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "Collective.hpp"
 #include "gohccl.h"
 
 namespace gohccl {
-
-// DtypeInfo is one torch dtype the shim serves: the libgohccl element type
-// it travels as, and how many of those make one torch element (2 for a
-// complex number: its real and imaginary parts).
-struct DtypeInfo {
-  at::ScalarType torch;
-  gohccl_dtype go;
-  int lanes;
-};
-
-// dtypeTable is the shim's list of served dtypes (ProcessGroupGoHCCL.cpp),
-// exported so that a test can compare it with Go's and Python's lists.
-std::vector<DtypeInfo> dtypeTable();
-
-// Collective is one operation as a single gohccl_run call, with the layout
-// of torch's tensors in its buffers (ProcessGroupGoHCCL.cpp).
-struct Collective;
 
 // GoError is a failure reported by libgohccl: its message, kept verbatim (it
 // names the op, its sequence number and the peer), and its status. Python
@@ -102,6 +86,7 @@ class WorkGoHCCL : public c10d::Work {
       uint64_t seq,
       std::chrono::milliseconds timeout,
       std::vector<at::Tensor> outputs,
+      const std::vector<at::Tensor>& inputs,
       Body body,
       bool waitRunsBody,
       std::shared_ptr<std::atomic<int>> errorState,
@@ -333,6 +318,7 @@ class ProcessGroupGoHCCL : public c10d::Backend {
       std::chrono::milliseconds timeout,
       bool asyncOp,
       std::vector<at::Tensor> outputs,
+      const std::vector<at::Tensor>& inputs,
       WorkGoHCCL::Body body);
   // submit is the one way a collective or a send is issued: it derives the
   // timeout and async_op from the operation's options, finds the device

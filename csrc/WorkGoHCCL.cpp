@@ -4,10 +4,63 @@
 
 #include <pthread.h>
 
+#include <ATen/record_function.h>
+
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
 namespace gohccl {
+
+namespace {
+
+// profilingTitle is the name an operation has in torch.profiler traces,
+// after Gloo's and NCCL's ("gloo:all_reduce", "nccl:all_reduce").
+const char* profilingTitle(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST:
+      return "gohccl:broadcast";
+    case c10d::OpType::ALLREDUCE:
+      return "gohccl:all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED:
+      return "gohccl:all_reduce_coalesced";
+    case c10d::OpType::REDUCE:
+      return "gohccl:reduce";
+    case c10d::OpType::ALLGATHER:
+      return "gohccl:all_gather";
+    case c10d::OpType::_ALLGATHER_BASE:
+      return "gohccl:_all_gather_base";
+    case c10d::OpType::ALLGATHER_COALESCED:
+      return "gohccl:all_gather_coalesced";
+    case c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED:
+      return "gohccl:all_gather_into_tensor_coalesced";
+    case c10d::OpType::GATHER:
+      return "gohccl:gather";
+    case c10d::OpType::SCATTER:
+      return "gohccl:scatter";
+    case c10d::OpType::REDUCE_SCATTER:
+      return "gohccl:reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE:
+      return "gohccl:_reduce_scatter_base";
+    case c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED:
+      return "gohccl:reduce_scatter_tensor_coalesced";
+    case c10d::OpType::ALLTOALL_BASE:
+      return "gohccl:all_to_all_single";
+    case c10d::OpType::ALLTOALL:
+      return "gohccl:all_to_all";
+    case c10d::OpType::BARRIER:
+      return "gohccl:barrier";
+    case c10d::OpType::SEND:
+      return "gohccl:send";
+    case c10d::OpType::RECV:
+      return "gohccl:recv";
+    case c10d::OpType::RECVANYSOURCE:
+      return "gohccl:recv_anysource";
+    default:
+      return "gohccl:unknown";
+  }
+}
+
+} // namespace
 
 GoError::GoError(gohccl_status status, const std::string& msg)
     : c10::DistBackendError(
@@ -22,13 +75,19 @@ WorkGoHCCL::WorkGoHCCL(
     uint64_t seq,
     std::chrono::milliseconds timeout,
     std::vector<at::Tensor> outputs,
+    const std::vector<at::Tensor>& inputs,
     Body body,
     bool waitRunsBody,
     std::shared_ptr<std::atomic<int>> errorState,
     bool runsHere)
-    // No profiling title: Work would open a profiler range that only its own
-    // finish() closes.
-    : c10d::Work(rank, opType, nullptr, std::nullopt),
+    // With the profiler on, Work opens a range named by the title, with the
+    // inputs' shapes, as Gloo's and NCCL's works do; complete() closes it.
+    // Without any callbacks nothing is recorded, so nothing is made.
+    : c10d::Work(
+          rank,
+          opType,
+          at::hasCallbacks() ? profilingTitle(opType) : nullptr,
+          inputs),
       body_(std::move(body)),
       waitRunsBody_(waitRunsBody),
       outputs_(std::move(outputs)),
@@ -177,6 +236,11 @@ bool WorkGoHCCL::fail(std::exception_ptr err) {
 }
 
 void WorkGoHCCL::complete(int source, std::exception_ptr err) {
+  // The profiler's range of this work ends here, on whichever thread.
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
   // With a future, the future first: wait() must not return while
   // get_future() still looks pending. markCompleted and setError run the
   // future's callbacks (DDP's among them) inline, so no lock is held then.

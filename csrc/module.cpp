@@ -68,6 +68,17 @@ PYBIND11_MODULE(_C, m) {
       "The C ABI version built into libgohccl.");
   m.attr("ABI_VERSION") = GOHCCL_ABI_VERSION;
   m.def(
+      "_dtype_table",
+      [] {
+        std::vector<std::tuple<at::ScalarType, int, int>> rows;
+        for (const gohccl::DtypeInfo& row : gohccl::dtypeTable()) {
+          rows.emplace_back(row.torch, static_cast<int>(row.go), row.lanes);
+        }
+        return rows;
+      },
+      "The shim's list of served dtypes: (torch dtype, libgohccl element "
+      "type code, elements of that type per torch element).");
+  m.def(
       "_live_threads",
       &gohccl::WorkQueue::liveThreads,
       "How many of the backends' queue threads are running in this process; "

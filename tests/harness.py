@@ -67,10 +67,15 @@ BACKENDS = _parse_backends(os.environ.get("GOHCCL_TEST_BACKENDS", "gohccl"))
 # WORLD_SIZES is every world size the collective sweeps cover.
 WORLD_SIZES = [1, 2, 3, 4]
 
-DTYPES = [
-    "float32", "float64", "float16", "bfloat16",
-    "int8", "uint8", "int16", "int32", "int64", "bool",
-]
+# DTYPES: libgohccl's element types, from the package's one Python list
+# (python/gohccl/dtypes.py, read as a file: importing the gohccl package would
+# load libgohccl into every process that imports this module).
+_dtypes_spec = importlib.util.spec_from_file_location(
+    "_gohccl_dtypes", os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                   "python", "gohccl", "dtypes.py"))
+_gohccl_dtypes = importlib.util.module_from_spec(_dtypes_spec)
+_dtypes_spec.loader.exec_module(_gohccl_dtypes)
+DTYPES = list(_gohccl_dtypes.ELEMENT_TYPES)
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64")
 

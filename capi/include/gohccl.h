@@ -116,6 +116,13 @@ const char* gohccl_version(void);
 /* gohccl_abi_version returns GOHCCL_ABI_VERSION as built into the library. */
 int gohccl_abi_version(void);
 
+/* gohccl_dtype_info describes element type `code` as the library knows it:
+ * writes its name ("float32", "bfloat16", ...) into name (name_len bytes)
+ * and its size in bytes into *size, and returns 1; returns 0 for a code the
+ * library does not know. For tests that check every language's list of
+ * element types against the library's. */
+int gohccl_dtype_info(int code, char* name, size_t name_len, int* size);
+
 /*
  * gohccl_comm_create builds the communicator of rank `rank` in a group of
  * `size` ranks. All ranks call it with stores that share keys (a per-group

@@ -16,7 +16,15 @@ from gohccl import _C
 
 __version__ = _C.version()
 
-__all__ = ["__version__", "dump_trace"]
+__all__ = ["__version__", "DEVICES", "dump_trace"]
+
+# DEVICES: the device types the backend serves. Host tensors go to libgohccl
+# as they are; cuda and privateuseone tensors (torch_npu renames PrivateUse1
+# to "npu") are staged by libgohccl through pinned host memory on the
+# caller's current stream (docs/devices.md). "npu" itself is not listed: it is
+# not a device type until torch_npu is loaded, and init_process_group would
+# refuse it.
+DEVICES = ("cpu", "cuda", "privateuseone")
 
 
 def dump_trace(dir=None):
@@ -35,7 +43,7 @@ def _register_backend():
     # The creator receives (store, group rank, group size, timeout): the form
     # without extended_api. Registering again, as a re-import or the entry
     # point does, just replaces the same entry.
-    _dist.Backend.register_backend("gohccl", _C.create_backend, devices=["cpu"])
+    _dist.Backend.register_backend("gohccl", _C.create_backend, devices=list(DEVICES))
 
 
 _register_backend()
