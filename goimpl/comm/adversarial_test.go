@@ -171,21 +171,7 @@ func TestMeshOpAgainstLinkOp(t *testing.T) {
 						// it learns before its next op returns.
 						return c.Barrier(0)
 					})
-					both := 0
-					for r, err := range errs {
-						require.Error(t, err, "rank %d", r)
-						assert.Less(t, took[r], fastFailure, "rank %d: %v", r, err)
-						assert.True(t, isMismatch(err), "rank %d: not a mismatch: %v", r, err)
-						// Every rank names a mismatch at once; which pair of
-						// ops a rank names depends on what it had reached when
-						// a peer's abort arrived (its barrier, say), so only
-						// some rank is sure to name the two ops that differ
-						// (known gap, docs/reliability.md).
-						if strings.Contains(err.Error(), "allreduce float32 count 64") && strings.Contains(err.Error(), name+" float32") {
-							both++
-						}
-					}
-					assert.Positive(t, both, "no rank named both the all-reduce and the %s: %v", name, errs)
+					mismatchNamedBySome(t, errs, took, "allreduce float32 count 64", name+" float32")
 				})
 			}
 		}
@@ -205,20 +191,28 @@ func TestMeshOpAgainstLinkOp(t *testing.T) {
 			}
 			return c.Barrier(0)
 		})
-		both := 0
-		for r, err := range errs {
-			require.Error(t, err, "rank %d", r)
-			assert.Less(t, took[r], fastFailure, "rank %d: %v", r, err)
-			assert.True(t, isMismatch(err), "rank %d: not a mismatch: %v", r, err)
-			if strings.Contains(err.Error(), "scatter float32") && strings.Contains(err.Error(), "allreduce float32") {
-				both++
-			}
-		}
-		assert.Positive(t, both, "no rank named both the scatter and the all-reduce: %v", errs)
+		mismatchNamedBySome(t, errs, took, "scatter float32", "allreduce float32")
 	})
 }
 
-var _ = time.Second
+// mismatchNamedBySome checks that every rank failed at once with a mismatch
+// and that some rank named both ops. Which pair of ops a rank names depends
+// on what it had reached when a peer's abort arrived (its barrier, say), so
+// only some rank is sure to name the two that differ (known gap,
+// docs/reliability.md).
+func mismatchNamedBySome(t *testing.T, errs []error, took []time.Duration, op1, op2 string) {
+	t.Helper()
+	both := 0
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		assert.Less(t, took[r], fastFailure, "rank %d: %v", r, err)
+		assert.True(t, isMismatch(err), "rank %d: not a mismatch: %v", r, err)
+		if strings.Contains(err.Error(), op1) && strings.Contains(err.Error(), op2) {
+			both++
+		}
+	}
+	assert.Positive(t, both, "no rank named both %q and %q: %v", op1, op2, errs)
+}
 
 // muteStore is a rank's view of the store that drops its writes of keys
 // containing mute: a rank that dies before publishing them.

@@ -61,27 +61,11 @@ func BenchmarkAllReduce(b *testing.B) {
 					for r := range bufs {
 						bufs[r] = make([]byte, size)
 					}
-					run := func(iters int) {
-						var wg sync.WaitGroup
-						for r, c := range comms {
-							wg.Add(1)
-							go func() {
-								defer wg.Done()
-								for i := 0; i < iters; i++ {
-									if err := c.AllReduce(bufs[r], size/4, reduce.Float32, reduce.Sum, 0); err != nil {
-										b.Error(err)
-										return
-									}
-								}
-							}()
-						}
-						wg.Wait()
-					}
-					run(3) // warm the stash pools
+					allReduceLoop(b, comms, bufs, 3) // warm the stash pools
 					b.SetBytes(int64(size))
 					b.ReportAllocs()
 					b.ResetTimer()
-					run(b.N)
+					allReduceLoop(b, comms, bufs, b.N)
 				})
 			}
 		}
@@ -115,20 +99,7 @@ func BenchmarkTraceCost(b *testing.B) {
 	bufs := [][]byte{make([]byte, size), make([]byte, size)}
 	run := func(comms []*Comm, iters int) time.Duration {
 		start := time.Now()
-		var wg sync.WaitGroup
-		for r, c := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < iters; i++ {
-					if err := c.AllReduce(bufs[r], size/4, reduce.Float32, reduce.Sum, 0); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		allReduceLoop(b, comms, bufs, iters)
 		return time.Since(start)
 	}
 	run(worlds[0], 3)
@@ -149,4 +120,23 @@ func BenchmarkTraceCost(b *testing.B) {
 	b.ReportMetric(median(off), "ns/op-off")
 	b.ReportMetric(median(on), "ns/op-on")
 	b.ReportMetric(median(on)/median(off), "on/off")
+}
+
+// allReduceLoop runs iters float32 sum all-reduces of bufs[r] on every rank
+// r of comms at once, each rank on a goroutine of its own.
+func allReduceLoop(b *testing.B, comms []*Comm, bufs [][]byte, iters int) {
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < iters; i++ {
+				if err := c.AllReduce(bufs[r], len(bufs[r])/4, reduce.Float32, reduce.Sum, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
