@@ -235,12 +235,6 @@ func Dial(addr string, id *Identity, from, to int, deadline time.Time) (*net.TCP
 	return DialPeer(context.Background(), addr, id, from, to, deadline, 0)
 }
 
-// dialStripe is DialStripes' one connection: stripe of stripes, retried
-// until deadline.
-func dialStripe(addr string, id *Identity, from, to, stripe, stripes int, deadline time.Time) (*net.TCPConn, error) {
-	return dialPeer(context.Background(), addr, id, from, to, stripe, stripes, deadline, 0)
-}
-
 // DialPeerStripes is DialPeer for stripes connections (DialStripes), stripe
 // 0 first.
 func DialPeerStripes(ctx context.Context, addr string, id *Identity, from, to, stripes int, deadline time.Time, window time.Duration) ([]*net.TCPConn, error) {

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -210,26 +211,11 @@ func (l *Link) collectParts(k int, err error) error {
 }
 
 // DialStripes opens stripes connections from rank from to rank to at addr,
-// each with its own handshake naming its stripe, stripe 0 first.
+// each with its own handshake naming its stripe, stripe 0 first, retrying
+// refused connections until deadline: DialPeerStripes without its context
+// and dial window, as Dial is DialPeer.
 func DialStripes(addr string, id *Identity, from, to, stripes int, deadline time.Time) ([]*net.TCPConn, error) {
-	if stripes < 1 || stripes > MaxStripes {
-		return nil, fmt.Errorf("%d connections per peer: want 1 to %d", stripes, MaxStripes)
-	}
-	conns := make([]*net.TCPConn, 0, stripes)
-	for i := 0; i < stripes; i++ {
-		c, err := dialStripe(addr, id, from, to, i, stripes, deadline)
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			if i > 0 {
-				err = fmt.Errorf("connection %d of %d: %w", i+1, stripes, err)
-			}
-			return nil, err
-		}
-		conns = append(conns, c)
-	}
-	return conns, nil
+	return DialPeerStripes(context.Background(), addr, id, from, to, stripes, deadline, 0)
 }
 
 // NewStripedLink wraps the connections to peer that DialStripes or
