@@ -103,12 +103,13 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		return nil, nil, nil
 	}
 	budget := int(opt.Config.BuffSize)
-	// The wait policy is this communicator's: more ranks than cores on
-	// this host wait differently (shm.OversubscribedPolicy), and another
-	// communicator of the process keeps its own.
+	// The wait policy is this communicator's, and so is its evidence that
+	// the host's cores are taken (shm.Busy): more ranks than cores on this
+	// host always are; otherwise the waits find out as they run (the
+	// job's compute threads, other jobs).
 	mopt := mesh.DefaultOptions()
-	if n > runtime.NumCPU() {
-		mopt.Wait = shm.OversubscribedPolicy
+	if opt.Config.Wait != "spin" {
+		mopt.Wait.Busy = shm.NewBusy(runtime.NumCPU(), n, opt.Config.Wait == "sleep")
 	}
 	meshBytes := mesh.RegionSize(n, meshBudget(budget), mopt)
 	meshSize := (meshBytes + 4095) &^ 4095 // the links' rings start on a page
