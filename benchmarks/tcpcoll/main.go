@@ -74,7 +74,7 @@ func run(rank int, master, dir, ops, sizes string, iters, block int, cpuprofile 
 		return err
 	}
 	c, err := comm.New(store, comm.Options{Rank: rank, Size: 2, Timeout: time.Minute, Config: cfg,
-		MasterAddr: master, CapProcs: true})
+		MasterAddr: master, CapProcs: os.Getenv("GOMAXPROCS") == ""})
 	if err != nil {
 		return err
 	}
