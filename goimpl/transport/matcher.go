@@ -27,13 +27,12 @@ const (
 // costs a core; small-message round trips finish within it.
 const spinWait = 20 * time.Microsecond
 
-// spinMaxBytes is the largest receive Wait polls for: the bytes the fastest
-// link gohccl prices (100 Gbit/s, 12.5 GB/s) carries in spinWait. A larger
-// frame that is not in when Wait starts cannot arrive within the spin, so
-// polling for it only takes the core its own bytes' kernel copies need;
-// and a schedule has the next segment's receive posted, so the link keeps
-// reading while the waiter wakes (docs/transports.md, "Where the time
-// goes").
+// spinMaxBytes is the largest receive Wait polls for before a link has
+// begun to fill it: the bytes the fastest link gohccl prices (100 Gbit/s,
+// 12.5 GB/s) carries in spinWait. A larger frame whose header has not even
+// arrived cannot be in within the spin, so polling for it only takes the
+// core its own bytes' kernel copies need; one a link is already reading may
+// be (docs/transports.md, "Where the time goes").
 const spinMaxBytes = 256 << 10
 
 // Recv is one posted receive. The caller owns it and may reuse it once Wait
@@ -519,7 +518,7 @@ func (m *Matcher) Wait(r *Recv, deadline time.Time) error {
 	if r.state.Load() == recvDone {
 		return r.err
 	}
-	for spinUntil := time.Now().Add(spinWait); len(r.Buf) <= spinMaxBytes && time.Now().Before(spinUntil); {
+	for spinUntil := time.Now().Add(spinWait); (len(r.Buf) <= spinMaxBytes || r.state.Load() == recvClaimed) && time.Now().Before(spinUntil); {
 		for i := 0; i < 64; i++ {
 			if r.state.Load() == recvDone {
 				return r.err
