@@ -98,25 +98,25 @@ export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 export PY LIB BUILD SRC HERE LOG
 export -f environment build summary
 step environment 60 environment
-step build 400 build
+step build 240 build
 step import 60 "$PY" -c 'import torch, gohccl; print("gohccl", gohccl.__version__, gohccl.__file__, gohccl.DEVICES)'
 CAPI=(env GOHCCL_DEBUG=INFO LIBGOHCCL="$BUILD/python/gohccl/lib/libgohccl.so" "$PY" "$HERE/capi_check.py")
 if [ "$DEVICE" = cpu ]; then
 	FAKE=$(cd "$(dirname "$GPUCHECK_FAKE_CUDA")" && pwd)/$(basename "$GPUCHECK_FAKE_CUDA")
 	step capi_check 180 "${CAPI[@]}" --fake-cuda "$FAKE" --mib 16
 else
-	step capi_check 240 "${CAPI[@]}" --mib 256
+	step capi_check 120 "${CAPI[@]}" --mib 256
 fi
 TORCHRUN=("$PY" -m torch.distributed.run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29631)
-step torch_check 420 env GOHCCL_DEBUG=INFO "${TORCHRUN[@]}" "$HERE/torch_check.py" \
+step torch_check 240 env GOHCCL_DEBUG=INFO "${TORCHRUN[@]}" "$HERE/torch_check.py" \
 	--device "$DEVICE" --mib "$MIB" --ddp-params "$OUT/ddp_gohccl.pt"
 TC=$?
 if [ "$TC" != 0 ]; then
 	# the same checks over TCP between the ranks, to tell a device-path failure
 	# from one of the shared-memory transport on this machine
-	step torch_check_tcp 240 env GOHCCL_TRANSPORT=tcp "${TORCHRUN[@]}" "$HERE/torch_check.py" \
+	step torch_check_tcp 120 env GOHCCL_TRANSPORT=tcp "${TORCHRUN[@]}" "$HERE/torch_check.py" \
 		--device "$DEVICE" --mib "" --skip ddp
 fi
-[ "$DEVICE" = cuda ] && step nccl 120 "${TORCHRUN[@]}" "$HERE/torch_check.py" \
+[ "$DEVICE" = cuda ] && step nccl 60 "${TORCHRUN[@]}" "$HERE/torch_check.py" \
 	--device cuda --mode nccl --ddp-params "$OUT/ddp_gohccl.pt"
 step summary 30 summary
