@@ -21,7 +21,9 @@
 # The log goes to $OUT/gpucheck.log (OUT defaults to ./gpucheck-out); the
 # last lines are a summary: PASS/FAIL counts, every FAIL, the TIME lines.
 # GPUCHECK_DEVICE=cpu GPUCHECK_FAKE_CUDA=build/cmake/doubles/libcudart.so.12
-# runs the same steps without a GPU (how the script is tried here).
+# runs the same steps without a GPU (how the script is tried here);
+# GPUCHECK_PROBE=1 runs the probes (probe.py under segv.so) even when
+# torch_check passes.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
@@ -90,7 +92,7 @@ summary() {
 	grep -aE "INFO device:" "$snap" | sed 's/^\[gohccl [0-9]*\/[0-9]*\] //' | sort | uniq -c
 	echo "PASS lines: $(grep -acE '^PASS ' "$snap"), FAIL lines: $(grep -acE '^FAIL ' "$snap")"
 	grep -aE "^FAIL |FAIL:|Traceback|Error" "$snap" | sort | uniq -c | sort -rn | head -40
-	grep -aE "^(TIME|SUMMARY|NCCL|[ABC]\. |   (staged|host|copies|max)|PASS DDP|FAIL DDP)" "$snap"
+	grep -aE "^(TIME|SUMMARY|NCCL|[ABC]\. |   (staged|host|copies|max)|PASS DDP|FAIL DDP|probe |segv.so|  (pc|frame) )" "$snap"
 	rm -f "$snap"
 }
 
@@ -111,7 +113,15 @@ TORCHRUN=("$PY" -m torch.distributed.run --nproc-per-node 2 --master-addr 127.0.
 step torch_check 240 env GOHCCL_DEBUG=INFO "${TORCHRUN[@]}" "$HERE/torch_check.py" \
 	--device "$DEVICE" --mib "$MIB" --ddp-params "$OUT/ddp_gohccl.pt"
 TC=$?
-if [ "$TC" != 0 ]; then
+if [ "$TC" != 0 ] || [ -n "${GPUCHECK_PROBE:-}" ]; then
+	# where a process dies: small cases one by one, each under segv.so (the
+	# faulting library+offset and a backtrace); _C*.so comes back in $OUT for
+	# its symbols
+	cc -shared -fPIC -O1 -o "$BUILD/segv.so" "$HERE/segv.c" && cp "$BUILD"/python/gohccl/_C*.so "$OUT/"
+	for c in cpu cuda4 cuda0 side async bcast; do
+		step "probe_$c" 60 env LD_PRELOAD="$BUILD/segv.so" GOHCCL_DEBUG=TRACE TORCH_SHOW_CPP_STACKTRACES=1 \
+			"${TORCHRUN[@]}" "$HERE/probe.py" --case "$c"
+	done
 	# the same checks over TCP between the ranks, to tell a device-path failure
 	# from one of the shared-memory transport on this machine
 	step torch_check_tcp 120 env GOHCCL_TRANSPORT=tcp "${TORCHRUN[@]}" "$HERE/torch_check.py" \
