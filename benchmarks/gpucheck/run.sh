@@ -80,7 +80,26 @@ build() {
 		echo "torch older than 2.14: applying torch-pre-2.14.patch to the copy"
 		patch -p1 -d "$BUILD" <"$HERE/torch-pre-2.14.patch" || return 1
 	fi
-	(cd "$BUILD" && ANY_TORCH=1 LIBGOHCCL="$LIB" MAX_JOBS=$(nproc) "$PY" setup.py -q build_ext --inplace) || return 1
+	# The extension must share torch's C++ runtime (the shared libstdc++). A
+	# compiler that links libstdc++ into it statically (the H200 image's CXX,
+	# /opt/gcc/bin/g++) puts two runtimes in one process, and every process
+	# died of SIGSEGV in std::locale at its first collective. So: the system
+	# g++ (GPUCHECK_CXX to choose another), and a check of the result.
+	local cxx=${GPUCHECK_CXX:-$(command -v /usr/bin/g++ || command -v g++)}
+	local cc=${cxx%++}cc
+	[ -x "$cc" ] || cc=${cxx%g++}gcc
+	echo "CXX=$cxx ($("$cxx" --version | head -1)), CC=$cc; the environment had CXX=${CXX:-unset} CC=${CC:-unset} LDSHARED=${LDSHARED:-unset}"
+	local try extra=()
+	for try in 1 2; do
+		# the second try also names the linker, in case LDSHARED kept the other compiler
+		[ "$try" = 2 ] && extra=(LDSHARED="$cxx -shared")
+		(cd "$BUILD" && rm -rf build python/gohccl/_C*.so && env CXX="$cxx" CC="$cc" ANY_TORCH=1 LIBGOHCCL="$LIB" \
+			MAX_JOBS="$(nproc)" "${extra[@]}" "$PY" setup.py -q build_ext --inplace) || return 1
+		readelf -d "$BUILD"/python/gohccl/_C*.so | grep NEEDED
+		readelf -d "$BUILD"/python/gohccl/_C*.so | grep -q 'libstdc++' && break
+		echo "try $try: the extension does not load the shared libstdc++ (linked statically): it would crash beside torch"
+		[ "$try" = 2 ] && return 1
+	done
 	ls -la "$BUILD"/python/gohccl/_C*.so "$BUILD"/python/gohccl/lib/
 }
 
