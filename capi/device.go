@@ -258,8 +258,8 @@ func goString(s *C.char) string {
 	return C.GoString(s)
 }
 
-// stagers holds each communicator's Stager per memory kind, made at its
-// first device call and closed by gohccl_comm_destroy.
+// stagers holds each communicator's Stagers per memory kind and role, made
+// at its first device call of that role and closed by gohccl_comm_destroy.
 var stagers struct {
 	sync.Mutex
 	m map[stagerKey]*stage.Stager
@@ -268,15 +268,43 @@ var stagers struct {
 type stagerKey struct {
 	comm uint64
 	kind device.Kind
+	role stagerRole
 }
 
-// stagerFor returns the Stager of communicator h for kind, loading the
-// runtime first if need be. A runtime that cannot be loaded breaks the
+// stagerRole: a communicator stages its collectives, its sends and its
+// receives through three Stagers, each with its own pinned buffer. A Stager
+// runs one call at a time, and a receive holds its Stager until the whole
+// message has arrived; with one Stager for all, two ranks that exchange
+// device messages (each an isend and an irecv, torch's usual pair) deadlock:
+// each rank's receive holds the slots its send needs, or its multi-chunk
+// send holds them against its receive. Seen on a GPU (docs/devices.md).
+type stagerRole uint8
+
+const (
+	roleCollective stagerRole = iota
+	roleSend
+	roleRecv
+)
+
+func (r stagerRole) String() string { return [...]string{"collectives", "sends", "receives"}[r] }
+
+func roleOf(kind C.gohccl_call_kind) stagerRole {
+	switch kind {
+	case C.GOHCCL_CALL_SEND:
+		return roleSend
+	case C.GOHCCL_CALL_RECV:
+		return roleRecv
+	}
+	return roleCollective
+}
+
+// stagerFor returns the Stager of communicator h for kind and role, loading
+// the runtime first if need be. A runtime that cannot be loaded breaks the
 // communicator: its peers are already in the call.
-func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind) (*stage.Stager, error) {
+func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind, role stagerRole) (*stage.Stager, error) {
 	stagers.Lock()
 	defer stagers.Unlock()
-	key := stagerKey{uint64(h), kind}
+	key := stagerKey{uint64(h), kind, role}
 	if s := stagers.m[key]; s != nil {
 		return s, nil
 	}
@@ -294,8 +322,8 @@ func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind) (*stage.Stager, 
 	if stagers.m == nil {
 		stagers.m = map[stagerKey]*stage.Stager{}
 	}
-	comm.NewLogger(cfg.Debug, c.Rank(), c.Size()).Infof("device: %s memory staged through %d pinned bytes (GOHCCL_BUFFSIZE); runtime %s",
-		kind, cfg.BuffSize, lr.where)
+	comm.NewLogger(cfg.Debug, c.Rank(), c.Size()).Infof("device: %s memory of %s staged through %d pinned bytes (GOHCCL_BUFFSIZE); runtime %s",
+		kind, role, cfg.BuffSize, lr.where)
 	s := stage.New(c, lr.rt)
 	stagers.m[key] = s
 	return s, nil
@@ -349,7 +377,7 @@ func gohccl_run(h C.gohccl_comm, cl *C.gohccl_call, errBuf *C.char, errN C.size_
 		if err != nil {
 			return err
 		}
-		s, err := stagerFor(h, c, kind)
+		s, err := stagerFor(h, c, kind, roleOf(cl.kind))
 		if err != nil {
 			return err
 		}

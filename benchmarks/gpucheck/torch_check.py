@@ -60,6 +60,8 @@ def check(name, ok, detail=""):
     """Record a check; detail says why it failed (or, for a pass, a figure
     worth printing)."""
     RESULTS.append((name, bool(ok), detail))
+    if not ok:  # at once too, in case the run is cut short
+        print(f"rank {os.environ.get('RANK')}: FAIL: {name}: {detail}", flush=True)
 
 
 def case(name):
@@ -608,7 +610,7 @@ def main():
         print(f"torch {torch.__version__}, cuda {torch.version.cuda}, "
               f"{torch.cuda.get_device_name(c.dev) if c.cuda else 'cpu'}; gohccl {gohccl.__version__} from "
               f"{os.path.dirname(gohccl.__file__)}; {c.world} ranks on {c.dev}", flush=True)
-    dist.init_process_group("gohccl", timeout=datetime.timedelta(seconds=90))
+    dist.init_process_group("gohccl", timeout=datetime.timedelta(seconds=float(os.environ.get("GPUCHECK_TIMEOUT", "90"))))
     gloo = dist.new_group(backend="gloo")
     skip = set(args.skip.split(","))
     t0 = time.time()
@@ -622,7 +624,9 @@ def main():
             traceback.print_exc()
             check(part, False, f"{type(exc).__name__}: {exc}")
         if c.rank == 0:
-            print(f"part {part} done at {time.time() - t0:.1f} s", flush=True)
+            bad = sum(1 for _, ok, _ in RESULTS if not ok)
+            print(f"part {part} done at {time.time() - t0:.1f} s: rank 0 so far {len(RESULTS) - bad} passed, "
+                  f"{bad} failed", flush=True)
     rows = []
     if "timings" not in skip:
         try:
