@@ -11,9 +11,17 @@
 // Host 0 receives, host 1 sends. The sender reports, per stream count, the
 // bytes the receiver confirmed it read divided by the time from the first
 // write to that confirmation, so socket buffers do not inflate the figure.
+//
+// With -duplex both hosts send on every connection at once, as the two
+// ranks of a collective do (each sends its half and receives the other's):
+// each host reports what it received, per direction, from its first write
+// to the end of the peer's stream. On a host whose cores do the kernel's
+// copies of both directions, this is the ceiling a collective across two
+// hosts can reach; the one-way figure is not.
 package main
 
 import (
+	"cmp"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -33,6 +41,7 @@ func main() {
 	streams := flag.String("streams", "1,2,4,8", "stream counts to measure, in order")
 	secs := flag.Float64("seconds", 2, "seconds each measurement sends")
 	chunk := flag.Int("chunk", 4<<20, "bytes per write")
+	duplex := flag.Bool("duplex", false, "both hosts send at once on every connection")
 	flag.Parse()
 	var counts []int
 	for _, s := range strings.Split(*streams, ",") {
@@ -43,6 +52,10 @@ func main() {
 		counts = append(counts, n)
 	}
 	addr := net.JoinHostPort(*peer, strconv.Itoa(*port))
+	if *duplex {
+		fail(both(*host, addr, counts, time.Duration(*secs*float64(time.Second)), *chunk))
+		return
+	}
 	if *host == 0 {
 		fail(receive(addr, counts))
 		return
@@ -151,6 +164,100 @@ func send(addr string, counts []int, d time.Duration, chunk int) error {
 			}(c)
 		}
 		wg.Wait()
+		if firstErr != nil {
+			return firstErr
+		}
+		el := time.Since(start).Seconds()
+		fmt.Printf("%-8d %12.2f %12.3f\n", n, float64(total)*8/el/1e9, float64(total)/el/1e9)
+	}
+	return nil
+}
+
+// both is -duplex: host 1 dials, host 0 accepts, and on every connection
+// each side writes chunks for d, half-closes, and reads the peer's stream to
+// its end; each host prints the rate it received at, per stream count.
+func both(host int, addr string, counts []int, d time.Duration, chunk int) error {
+	data := make([]byte, chunk)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var ln net.Listener
+	if host == 0 {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return err
+		}
+		defer ln.Close()
+	}
+	fmt.Printf("host %d receiving, both ways at once\n%-8s %12s %12s\n", host, "streams", "Gbit/s", "GB/s")
+	for _, n := range counts {
+		conns := make([]*net.TCPConn, n)
+		for i := range conns {
+			var c net.Conn
+			var err error
+			if host == 0 {
+				c, err = ln.Accept()
+			} else {
+				for try := 0; ; try++ {
+					c, err = net.Dial("tcp", addr)
+					if err == nil || try > 100 {
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			conns[i] = c.(*net.TCPConn)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var total uint64
+		var firstErr error
+		note := func(err error) {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+		}
+		start := time.Now()
+		stop := start.Add(d)
+		for _, c := range conns {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					if _, err := c.Write(data); err != nil {
+						note(err)
+						return
+					}
+				}
+				c.CloseWrite()
+			}()
+			go func() {
+				defer wg.Done()
+				b := make([]byte, 1<<20)
+				var got uint64
+				for {
+					k, err := c.Read(b)
+					got += uint64(k)
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						note(err)
+						break
+					}
+				}
+				mu.Lock()
+				total += got
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
 		if firstErr != nil {
 			return firstErr
 		}

@@ -103,12 +103,13 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 		return nil, nil, nil
 	}
 	budget := int(opt.Config.BuffSize)
-	// The wait policy is this communicator's: more ranks than cores on
-	// this host wait differently (shm.OversubscribedPolicy), and another
-	// communicator of the process keeps its own.
+	// The wait policy is this communicator's, and so is its evidence that
+	// the host's cores are taken (shm.Busy): more ranks than cores on this
+	// host always are; otherwise the waits find out as they run (the
+	// job's compute threads, other jobs).
 	mopt := mesh.DefaultOptions()
-	if n > runtime.NumCPU() {
-		mopt.Wait = shm.OversubscribedPolicy
+	if opt.Config.Wait != "spin" {
+		mopt.Wait.Busy = shm.NewBusy(runtime.NumCPU(), n, opt.Config.Wait == "sleep")
 	}
 	meshBytes := mesh.RegionSize(n, meshBudget(budget), mopt)
 	meshSize := (meshBytes + 4095) &^ 4095 // the links' rings start on a page
@@ -236,14 +237,14 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 		}
 		reads = reads && mesh.CanReadPeer(pid, addr, w)
 	}
-	handOff, cross, err := l.engine.MeasureHandOff(deadline)
+	handOff, arrive, cross, err := l.engine.MeasureHandOff(deadline)
 	if err != nil {
 		return err
 	}
 	verdict := fmt.Sprintf("%t", reads)
 	if l.me == 0 {
 		f := mesh.MeasureHost()
-		f.HandOff, f.Cross = handOff, cross
+		f.HandOff, f.Arrive, f.Cross = handOff, arrive, cross
 		verdict += " " + f.String()
 	}
 	if err := store.Set(key("verdict", rank), []byte(verdict)); err != nil {
@@ -269,7 +270,11 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 // describeFigures writes the host figures for the INFO log.
 func describeFigures(f mesh.Figures) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "host figures: hand-off %.2fus, cross-core copy %.1f GB/s, copy", f.HandOff*1e6, f.Cross/1e9)
+	fmt.Fprintf(&b, "host figures: hand-off %.2fus", f.HandOff*1e6)
+	if f.Arrive > 0 {
+		fmt.Fprintf(&b, ", every rank's arrival %.1fus (more ranks than cores)", f.Arrive*1e6)
+	}
+	fmt.Fprintf(&b, ", cross-core copy %.1f GB/s, copy", f.Cross/1e9)
 	for i, s := range f.Sizes {
 		fmt.Fprintf(&b, " %s %.1f", tune.FormatBytes(s), f.Copy[i]/1e9)
 	}

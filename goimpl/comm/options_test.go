@@ -11,7 +11,6 @@ import (
 	"github.com/gohccl/gohccl/goimpl/internal/reftest"
 	"github.com/gohccl/gohccl/goimpl/reduce"
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
-	"github.com/gohccl/gohccl/goimpl/shm"
 )
 
 // TestOptionsPerCommunicator makes two communicators in one process with
@@ -45,8 +44,10 @@ func TestOptionsPerCommunicator(t *testing.T) {
 	require.Equal(t, reduce.PathScalar, a[0].path.Name())
 	require.Equal(t, reduce.Best().Name(), b[0].path.Name())
 	require.NotEqual(t, a[0].local.chunk, b[0].local.chunk, "the engine's chunk follows each buffer")
-	require.Equal(t, shm.DefaultPolicy, a[0].local.engine.Options().Wait)
-	require.Equal(t, shm.OversubscribedPolicy, b[0].local.engine.Options().Wait)
+	wa, wb := a[0].local.engine.Options().Wait, b[0].local.engine.Options().Wait
+	require.False(t, wa.Busy.Always, "a core per rank: busy only when the waits see it")
+	require.True(t, wb.Busy.Always && wb.Busy.Crowded, "more ranks than cores: always busy")
+	require.NotSame(t, wa.Busy, a[1].local.engine.Options().Wait.Busy, "each rank's communicator keeps its own evidence")
 	require.Equal(t, "mesh.twophase", a[0].tuner.Choose(0, 1<<20).Name())
 	require.NotEqual(t, "mesh.twophase", b[0].tuner.Choose(0, 4<<10).Name(), "one-shot for a small message among oversubscribed ranks")
 
@@ -68,5 +69,5 @@ func TestOptionsPerCommunicator(t *testing.T) {
 		}
 	}
 	require.Equal(t, reduce.PathScalar, a[1].path.Name(), "b's creation left a's path alone")
-	require.Equal(t, shm.DefaultPolicy, a[1].local.engine.Options().Wait, "b's creation left a's policy alone")
+	require.False(t, a[1].local.engine.Options().Wait.Busy.Always, "b's creation left a's policy alone")
 }

@@ -60,6 +60,8 @@ var Vars = []Var{
 		"Ports the TCP listener may bind, for firewalled clusters, e.g. `29600-29700`; each rank takes a free one in the range (starting at a random one), and init fails naming the range when every port in it is taken. A host needs at least as many ports as ranks it runs per communicator. Empty: any free port the kernel picks."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_WAIT", "auto | spin | sleep", "auto",
+		"How a rank waits for a peer on shared memory. auto: spin up to 50 us and then poll with sched_yield up to 2 ms while the host has a core for every runnable thread, but spin only 10 us and then sleep on a futex while it does not, which each communicator finds out as it runs (the host's runnable threads in /proc/loadavg against the cores this process may use, and its own waits losing their core) and always assumes with more local ranks than cores (docs/transports.md, \"Waiting\"). spin: always the former (a dedicated machine, one rank per core, nothing else running). sleep: always the latter (a machine shared with compute threads or other jobs)."},
 	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
 		"Flight recorder: how many of its latest collectives and sends/receives each communicator keeps (sequence number, kind, dtype, count, root or peer, schedule, times, state, peers awaited; docs/trace.md). Fixed memory, 136 bytes an entry; recording allocates nothing. 0 turns the recorder off. At most 1048576."},
 	{"GOHCCL_TRACE_DIR", "directory", "",
@@ -108,6 +110,9 @@ type Config struct {
 	PortLo, PortHi int
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
+	// Wait is "auto", "spin" or "sleep" (GOHCCL_WAIT): whether waits on
+	// shared memory learn if the host is busy, or take it as idle or busy.
+	Wait string
 	// RanksPerNode, when above 0, makes each RanksPerNode consecutive ranks
 	// one node (GOHCCL_RANKS_PER_NODE).
 	RanksPerNode int
@@ -229,6 +234,11 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	c.SIMD = strings.ToLower(get("GOHCCL_SIMD"))
 	if _, err := reduce.PathNamed(c.SIMD); err != nil {
 		return c, fmt.Errorf("GOHCCL_SIMD=%q: %v", get("GOHCCL_SIMD"), err)
+	}
+	switch c.Wait = strings.ToLower(get("GOHCCL_WAIT")); c.Wait {
+	case "auto", "spin", "sleep":
+	default:
+		return c, fmt.Errorf("GOHCCL_WAIT=%q: want auto, spin or sleep", get("GOHCCL_WAIT"))
 	}
 	c.ACLLibrary = get("GOHCCL_ACL_LIBRARY")
 	c.CUDALibrary = get("GOHCCL_CUDA_LIBRARY")

@@ -115,6 +115,7 @@ func TestBoundsAndNonNumbers(t *testing.T) {
 		"GOHCCL_INTRA_LATENCY": "inf",
 		"GOHCCL_INTER_LATENCY": "-Inf",
 		"GOHCCL_SIMD":          "avx9000",
+		"GOHCCL_WAIT":          "often",
 	} {
 		_, err := Load(env(map[string]string{name: val}))
 		require.Error(t, err, name)

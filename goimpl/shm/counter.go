@@ -66,38 +66,58 @@ var ErrDeadline = errors.New("deadline reached")
 // Policy is how a rank waits for a peer on shared memory: spin first,
 // because a peer on another core answers in well under a microsecond, then
 // sleep on the futex, because spinning on a core a peer needs (more local
-// ranks than cores) delays that very peer.
+// ranks than cores, or the job's compute threads) delays that very peer.
+// Which of the two a wait can afford is measured while it runs (Busy).
 type Policy struct {
-	// Spin is how long to poll before sleeping. Longer costs CPU when a
-	// peer is late; shorter costs a futex round trip (about 6 us here)
-	// on waits just past it.
+	// Spin is how long to poll before sleeping while the host has a core
+	// for every runnable thread. Longer costs CPU when a peer is late;
+	// shorter costs a futex round trip on waits just past it.
 	Spin time.Duration
-	// Yield gives the core away between polls: for hosts with more local
-	// ranks than cores.
+	// Yield gives the core away between polls of the spin.
 	Yield bool
 	// YieldFor is how long to keep polling after Spin, giving the core
-	// away (sched_yield) between polls, before sleeping. On a busy host a
-	// sleeping rank, once woken, waits for a core for up to a scheduler
-	// slice (milliseconds), while a rank that yields stays runnable and
-	// sees its peer within one round of the run queue; on an idle host
-	// this costs a core for that long. Waits longer than this (a peer
-	// still computing) sleep.
+	// away (sched_yield) between polls, before sleeping, while the host is
+	// not busy: on an idle host a futex wake-up costs tens of
+	// microseconds (the woken core leaves its idle state), which a
+	// pipelined schedule would pay on every chunk; a yielding poller sees
+	// its peer at once. Waits longer than this (a peer still computing)
+	// sleep.
 	YieldFor time.Duration
+	// BusySpin replaces Spin, and no yielding polls follow it, while Busy
+	// says the cores are taken: about what a futex sleep and wake-up
+	// costs, so a wait that ends just after it loses at most that much
+	// (spin-then-block's classic bound), and one that does not gives its
+	// core to the threads that need it.
+	BusySpin time.Duration
+	// Busy is the communicator's evidence that the host's cores are taken
+	// (nil: never).
+	Busy *Busy
 }
 
-// DefaultPolicy is the wait policy of a host with a core per local rank.
-// A policy is the communicator's (it passes its own to every wait), so two
-// communicators of one process may wait differently.
-var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Millisecond}
+// DefaultPolicy is the wait policy of a communicator before it attaches
+// its own Busy. A policy is the communicator's (it passes its own to every
+// wait), so two communicators of one process may wait differently.
+var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Millisecond, BusySpin: 10 * time.Microsecond}
 
-// OversubscribedPolicy is the wait policy of a host with more local ranks
-// than cores: a spinning rank would hold the core the rank it waits for
-// needs, and so does one polling with sched_yield, which CFS hands straight
-// back to the poller. A few microseconds of yielding polls, then the futex:
-// with 4 ranks on 2 cores, a 1 ms yield phase made 16 MiB all-reduces
-// 25-105 ms against 18-21 ms, and 4 KiB broadcasts 1.2-1.8 ms against
-// 330-360 us (docs/transports.md).
-var OversubscribedPolicy = Policy{Spin: 5 * time.Microsecond, Yield: true}
+// spinPlan is what one wait will do before it sleeps.
+func (p *Policy) spinPlan(now time.Duration) (spin, yieldFor time.Duration, yield bool) {
+	if p.Busy.Taken(now) {
+		// Yielding polls hand the core to whoever is runnable: with more
+		// ranks than cores that is mostly the awaited peer, so they pay;
+		// with compute threads it is a thread that keeps the core for a
+		// whole slice, so they do not.
+		return min(p.Spin, p.BusySpin), 0, p.Busy.Crowded
+	}
+	return p.Spin, p.YieldFor, p.Yield
+}
+
+// SpinFor is how long a wait starting now spins before anything else, and
+// whether it yields between polls: what a wait loop of its own (a link's)
+// should spin for before it calls WaitAtLeastPolling.
+func (p *Policy) SpinFor() (spin time.Duration, yield bool) {
+	spin, _, yield = p.spinPlan(since())
+	return spin, yield
+}
 
 var lockedCallers atomic.Bool
 
@@ -132,12 +152,14 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 	if p == nil {
 		p = &DefaultPolicy
 	}
-	start := time.Now()
+	start := since()
+	spin, yieldFor, yield := p.spinPlan(start)
+	last := start
 	for i := 1; ; i++ {
 		if c.v.Load() >= v {
 			return nil
 		}
-		if p.Yield {
+		if yield {
 			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		}
 		// No runtime.Gosched here: called from C, this goroutine is
@@ -145,17 +167,35 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 		// thread and back, two futex wake-ups that cost more than the
 		// whole wait (perf showed them as the largest kernel cost of a
 		// 4 KiB all-reduce through torch).
-		if i%64 == 0 && time.Since(start) >= p.Spin {
-			break
+		if i%64 == 0 {
+			now := since()
+			if now-last >= Preempted {
+				// This thread lost its core between two polls: another
+				// thread wants it, and spinning on only delays that one.
+				p.Busy.Saw(now)
+				break
+			}
+			last = now
+			if now-start >= spin {
+				break
+			}
 		}
 	}
-	for i := 0; p.YieldFor > 0; i++ {
+	for i := 0; yieldFor > 0; i++ {
 		if c.v.Load() >= v {
 			return nil
 		}
+		t := since()
 		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		now := since()
+		if now-t >= Preempted {
+			// The yield let another thread run for a slice: the core is
+			// wanted, and a sleeper is woken sooner than a poller.
+			p.Busy.Saw(now)
+			break
+		}
 		if i%16 == 15 {
-			if time.Since(start) >= p.Spin+p.YieldFor {
+			if now-start >= spin+yieldFor {
 				break
 			}
 			// Past the spin, let goroutines that share this P

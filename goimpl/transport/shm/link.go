@@ -559,19 +559,19 @@ func waitAtLeast(c *shmem.Counter, v uint64, deadline time.Time, stop func() err
 	if c.Load() >= v {
 		return nil
 	}
-	if p.Spin > 0 {
+	if spin, yield := p.SpinFor(); spin > 0 {
 		start := time.Now()
 		for i := 1; ; i++ {
 			if c.Load() >= v {
 				return nil
 			}
 			if i%politeEvery == 0 {
-				if p.Yield {
+				if yield {
 					syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 				} else {
 					runtime.Gosched()
 				}
-				if time.Since(start) >= p.Spin {
+				if time.Since(start) >= spin {
 					break
 				}
 			}

@@ -1,0 +1,182 @@
+package shm
+
+import (
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Busy is what one communicator's waits know about this host's cores right
+// now: whether a rank that spins (or polls with sched_yield) while it waits
+// would hold a core that another runnable thread needs: the awaited peer,
+// another rank, or the job's own compute (backward's threads, a data
+// loader). Spinning pays only while the awaited peer runs on a core of its
+// own; when the cores are taken it costs the very thread that would answer,
+// and a poller that yields gets the core back only after the compute thread
+// has had its scheduler slice (milliseconds), where a sleeper woken on the
+// futex is placed at once. So a busy host makes waits spin only briefly
+// (Policy.BusySpin) and then sleep.
+//
+// The evidence, all measured while the job runs:
+//   - the host's runnable threads, from /proc/loadavg (read at most once a
+//     millisecond per process), averaged over the last samples, are at
+//     least one more than the cores this process may use: while this
+//     thread runs, some other thread waits for a core, most of the time
+//     (a compute thread per rank). A moment's crowd (a short-lived
+//     process, a kernel thread) does not count: spinning through it costs
+//     that thread a little and saves this one a futex wake-up;
+//   - a waiter's own polls were interrupted for longer than Preempted: it
+//     was descheduled, so some thread wanted its core;
+//   - a sched_yield took longer than Preempted: another thread ran.
+//
+// The last two hold for BusyFor after they are seen. A Busy is safe for
+// concurrent use; the zero value, and a nil *Busy, never report busy.
+type Busy struct {
+	// CPUs is how many cores this process may use (runtime.NumCPU).
+	CPUs int
+	// Always says the host is busy whatever it shows (GOHCCL_WAIT=sleep,
+	// or more local ranks than cores).
+	Always bool
+	// Crowded says the threads that want the cores are mostly the ranks
+	// themselves (more local ranks than cores): a busy wait's polls then
+	// yield, since the thread that gets the core is likely the awaited
+	// peer, where a compute thread would keep it for a whole slice.
+	Crowded bool
+	// Runnable, when set, replaces the averaged reading of /proc/loadavg
+	// (tests).
+	Runnable func() float64
+
+	until atomic.Int64 // since epoch: preemption evidence holds until then
+}
+
+// Preempted is the gap between two polls, or the length of one
+// sched_yield, that counts as "this thread lost its core": a poll of a
+// counter takes nanoseconds and a yield with nothing else to run under a
+// microsecond, while a thread that loses its core waits at least a timer
+// tick or a scheduler slice (hundreds of microseconds or more).
+const Preempted = 50 * time.Microsecond
+
+// BusyFor is how long a seen preemption makes waits treat the host as busy.
+const BusyFor = 20 * time.Millisecond
+
+// NewBusy returns the evidence of one communicator of ranks local ranks on
+// a host where this process may use cpus cores; always takes the host as
+// busy from the start.
+func NewBusy(cpus, ranks int, always bool) *Busy {
+	crowded := ranks > cpus
+	return &Busy{CPUs: cpus, Always: always || crowded, Crowded: crowded}
+}
+
+// Taken reports whether waits should treat the cores as taken now.
+func (b *Busy) Taken(now time.Duration) bool {
+	if b == nil || b.CPUs <= 0 {
+		return false
+	}
+	if b.Always || int64(now) < b.until.Load() {
+		return true
+	}
+	var n float64
+	if b.Runnable != nil {
+		n = b.Runnable()
+	} else {
+		n = hostRunnable(now)
+	}
+	return n >= float64(b.CPUs+1)
+}
+
+// Saw records that a wait lost its core at now.
+func (b *Busy) Saw(now time.Duration) {
+	if b != nil {
+		b.until.Store(int64(now + BusyFor))
+	}
+}
+
+// epoch anchors the monotonic clock that waits read (since: a duration from
+// it, without the wall clock's jumps).
+var epoch = time.Now()
+
+func since() time.Duration { return time.Since(epoch) }
+
+// The host's runnable-thread count, read from /proc/loadavg at most once
+// per runnableEvery, averaged with weight 1/runnableWeight for each new
+// sample, and shared by the whole process (it is a fact about the host, not
+// about one communicator).
+const (
+	runnableEvery  = time.Millisecond
+	runnableWeight = 8
+)
+
+var runnable struct {
+	once sync.Once
+	fd   int
+	at   atomic.Int64
+	avg  atomic.Uint64 // float64 bits: the average
+}
+
+// hostRunnable returns how many threads the host has had running or ready
+// to run, on average over its last samples (0 where /proc/loadavg cannot be
+// read: no evidence).
+func hostRunnable(now time.Duration) float64 {
+	if at := runnable.at.Load(); at != 0 && int64(now)-at < int64(runnableEvery) {
+		return math.Float64frombits(runnable.avg.Load())
+	}
+	runnable.once.Do(func() {
+		runnable.fd = -1
+		if f, err := os.Open("/proc/loadavg"); err == nil {
+			// Kept open for the life of the process: a pread of it costs
+			// about a microsecond, an open and close several.
+			fd, err := syscall.Dup(int(f.Fd()))
+			f.Close()
+			if err == nil {
+				runnable.fd = fd
+			}
+		}
+	})
+	if runnable.fd < 0 {
+		return 0
+	}
+	var buf [128]byte
+	k, err := syscall.Pread(runnable.fd, buf[:], 0)
+	if err != nil {
+		return 0
+	}
+	n := float64(ParseRunnable(buf[:k]))
+	// Concurrent samplers may each fold one in; an average either way.
+	avg := math.Float64frombits(runnable.avg.Load())
+	if runnable.at.Load() == 0 {
+		avg = n
+	} else {
+		avg += (n - avg) / runnableWeight
+	}
+	runnable.avg.Store(math.Float64bits(avg))
+	runnable.at.Store(int64(now))
+	return avg
+}
+
+// ParseRunnable reads the running-or-ready thread count from the contents
+// of /proc/loadavg ("0.52 0.58 0.59 3/467 12345": the fourth field's
+// numerator); 0 when the text does not have that shape.
+func ParseRunnable(b []byte) int {
+	field := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] == ' ' {
+			field++
+			continue
+		}
+		if field == 3 {
+			n, digits := 0, 0
+			for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+				n = n*10 + int(b[i]-'0')
+				digits++
+			}
+			if digits == 0 || i >= len(b) || b[i] != '/' {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
