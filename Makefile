@@ -64,7 +64,7 @@ go-test: $(go.sum.stamp)
 # The second pass leaves out the suites whose subject is not the transport
 # (packaging and tools, the benchmark's CLI, the flight recorder's dumps):
 # they ran in the first.
-ONCE := tests/test_packaging.py tests/test_bench.py tests/test_trace.py
+ONCE := tests/test_packaging.py tests/test_bench.py tests/test_trace.py tests/test_build_vars.py
 py-test: $(BUILT)
 	$(PY) -m pytest tests -q
 	GOHCCL_TRANSPORT=tcp $(PY) -m pytest tests -q $(addprefix --ignore ,$(ONCE))

@@ -11,6 +11,18 @@ wheel then requires that torch minor release. libgohccl.so is placed in
 gohccl/lib/ beside gohccl/_C*.so, which finds it through the rpath
 $ORIGIN/lib. Building needs Go (set GO to choose the go binary); installing
 the wheel does not. Metadata, extras and the entry point: pyproject.toml.
+
+Two build variables (read by this file only, not by libgohccl):
+
+    LIBGOHCCL=/path/to/libgohccl.so   use this prebuilt library (the C ABI
+                                      has no Python or torch in it) instead
+                                      of building one with Go: for a machine
+                                      without Go, e.g. benchmarks/gpucheck
+    ANY_TORCH=1                       build against a torch outside
+                                      TORCH_RANGE (with a warning); such a
+                                      build is untested, and torch releases
+                                      before 2.14 also need
+                                      benchmarks/gpucheck/torch-pre-2.14.patch
 """
 
 import os
@@ -56,6 +68,10 @@ def find_torch():
     m = re.match(r"(\d+)\.(\d+)", torch.__version__)
     version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     if not TORCH_RANGE[0] <= version <= TORCH_RANGE[1]:
+        if os.environ.get("ANY_TORCH") == "1":
+            print(f"warning: building against torch {torch.__version__}, outside the supported "
+                  f"{range_text()} (ANY_TORCH=1)", file=sys.stderr, flush=True)
+            return version[0], version[1], torch.__version__
         sys.exit(
             f"gohccl cannot be built against torch {torch.__version__} ({os.path.dirname(torch.__file__)}): "
             f"it supports torch {range_text()}. Install a supported torch, "
@@ -101,14 +117,23 @@ class BuildGoAndExtension(BuildExtension):
 
 
 def build_go_library(lib_dir):
+    os.makedirs(lib_dir, exist_ok=True)
+    out = os.path.join(lib_dir, GO_LIB)
+    prebuilt = os.environ.get("LIBGOHCCL")
+    if prebuilt:
+        if not os.path.isfile(prebuilt):
+            raise RuntimeError(f"LIBGOHCCL={prebuilt}: no such file (a libgohccl.so built with "
+                               "`go build -buildmode=c-shared -o libgohccl.so ./capi`)")
+        print(f"using the prebuilt libgohccl: {prebuilt} (LIBGOHCCL)", flush=True)
+        if os.path.abspath(prebuilt) != os.path.abspath(out):
+            shutil.copy2(prebuilt, out)
+        return
     go = os.environ.get("GO") or shutil.which("go")
     if not go:
         raise RuntimeError(
             "gohccl needs the Go toolchain (go 1.26 or newer) to build libgohccl; "
             "put `go` on PATH or set GO=/path/to/go"
         )
-    os.makedirs(lib_dir, exist_ok=True)
-    out = os.path.join(lib_dir, GO_LIB)
     cmd = [go, "build", "-buildmode=c-shared", "-o", out, "./capi"]
     print("building libgohccl:", " ".join(shlex.quote(c) for c in cmd), flush=True)
     subprocess.check_call(cmd, cwd=ROOT)

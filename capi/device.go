@@ -8,6 +8,7 @@ package main
 
 /*
 #cgo LDFLAGS: -ldl
+#cgo CFLAGS: -D_GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,6 +50,13 @@ static int set_device(void* fn, int dev) { return ((set_device_fn)fn)(dev); }
 static const char* error_string(void* fn, int code) { return ((error_string_fn)fn)(code); }
 static const char* recent_msg(void* fn) { return fn == NULL ? NULL : ((recent_msg_fn)fn)(); }
 
+// library_file is the file the loaded object holding sym came from (dladdr).
+static const char* library_file(void* sym) {
+	Dl_info info;
+	if (sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL) return info.dli_fname;
+	return NULL;
+}
+
 static void* open_library(const char* path, int noload) {
 	return dlopen(path, RTLD_NOW | RTLD_LOCAL | (noload ? RTLD_NOLOAD : 0));
 }
@@ -85,7 +93,15 @@ var searchPaths = map[device.Kind][]string{
 // may hold its streams and memory.
 var runtimes struct {
 	sync.Mutex
-	loaded map[runtimeKey]device.Runtime
+	loaded map[runtimeKey]loadedRuntime
+}
+
+// loadedRuntime is a runtime and a sentence saying which file it came from
+// and how it was found, which GOHCCL_DEBUG=INFO prints at a communicator's
+// first device call.
+type loadedRuntime struct {
+	rt    device.Runtime
+	where string
 }
 
 type runtimeKey struct {
@@ -94,22 +110,27 @@ type runtimeKey struct {
 }
 
 // loadRuntime returns the runtime of kind, loading it at the first call.
-func loadRuntime(kind device.Kind, path string) (device.Runtime, error) {
+func loadRuntime(kind device.Kind, path string) (loadedRuntime, error) {
 	runtimes.Lock()
 	defer runtimes.Unlock()
 	key := runtimeKey{kind, path}
-	if rt := runtimes.loaded[key]; rt != nil {
-		return rt, nil
+	if lr, ok := runtimes.loaded[key]; ok {
+		return lr, nil
 	}
 	variable := map[device.Kind]string{device.CUDA: "GOHCCL_CUDA_LIBRARY", device.ACL: "GOHCCL_ACL_LIBRARY"}[kind]
 	var h unsafe.Pointer
 	var tried []string
+	how := variable
 	if path != "" {
 		h, tried = openLibrary(path, false, tried)
 	} else {
 		for _, noload := range []bool{true, false} {
 			for _, p := range searchPaths[kind] {
 				if h, tried = openLibrary(p, noload, tried); h != nil {
+					how = "the loader's search path"
+					if noload {
+						how = "already loaded by the process"
+					}
 					break
 				}
 			}
@@ -119,18 +140,19 @@ func loadRuntime(kind device.Kind, path string) (device.Runtime, error) {
 		}
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: cannot load the %s runtime (set %s to its library): %s",
+		return loadedRuntime{}, fmt.Errorf("%w: cannot load the %s runtime (set %s to its library): %s",
 			device.ErrRuntime, kind, variable, strings.Join(tried, "; "))
 	}
-	rt, err := bind(kind, h)
+	rt, file, err := bind(kind, h)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s (%s): %v", device.ErrRuntime, variable, libraryName(path, kind), err)
+		return loadedRuntime{}, fmt.Errorf("%w: %s (%s): %v", device.ErrRuntime, variable, libraryName(path, kind), err)
 	}
 	if runtimes.loaded == nil {
-		runtimes.loaded = map[runtimeKey]device.Runtime{}
+		runtimes.loaded = map[runtimeKey]loadedRuntime{}
 	}
-	runtimes.loaded[key] = rt
-	return rt, nil
+	lr := loadedRuntime{rt, fmt.Sprintf("%s (%s)", file, how)}
+	runtimes.loaded[key] = lr
+	return lr, nil
 }
 
 func libraryName(path string, kind device.Kind) string {
@@ -160,8 +182,9 @@ func openLibrary(path string, noload bool, tried []string) (unsafe.Pointer, []st
 	return h, tried
 }
 
-// bind looks up the entry points gohccl calls and wraps them.
-func bind(kind device.Kind, h unsafe.Pointer) (device.Runtime, error) {
+// bind looks up the entry points gohccl calls and wraps them; file is the
+// library they came from.
+func bind(kind device.Kind, h unsafe.Pointer) (rt device.Runtime, file string, err error) {
 	var missing []string
 	sym := func(name string, optional bool) unsafe.Pointer {
 		cn := C.CString(name)
@@ -178,7 +201,7 @@ func bind(kind device.Kind, h unsafe.Pointer) (device.Runtime, error) {
 		getDev, setDev := sym("cudaGetDevice", false), sym("cudaSetDevice", false)
 		errStr := sym("cudaGetErrorString", false)
 		if len(missing) > 0 {
-			return nil, fmt.Errorf("the library lacks %s", strings.Join(missing, ", "))
+			return nil, "", fmt.Errorf("the library lacks %s", strings.Join(missing, ", "))
 		}
 		return device.NewCUDA(device.CUDAFuncs{
 			MemcpyAsync: func(dst, src, n uintptr, kind int32, s uintptr) int32 {
@@ -198,14 +221,14 @@ func bind(kind device.Kind, h unsafe.Pointer) (device.Runtime, error) {
 			},
 			SetDevice:   func(d int32) int32 { return int32(C.set_device(setDev, C.int(d))) },
 			ErrorString: func(code int32) string { return goString(C.error_string(errStr, C.int(code))) },
-		}), nil
+		}), goString(C.library_file(memcpy)), nil
 	}
 	memcpy, sync := sym("aclrtMemcpyAsync", false), sym("aclrtSynchronizeStream", false)
 	alloc, free := sym("aclrtMallocHost", false), sym("aclrtFreeHost", false)
 	getDev, setDev := sym("aclrtGetDevice", false), sym("aclrtSetDevice", false)
 	recent := sym("aclGetRecentErrMsg", true) // absent before CANN 6
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("the library lacks %s", strings.Join(missing, ", "))
+		return nil, "", fmt.Errorf("the library lacks %s", strings.Join(missing, ", "))
 	}
 	return device.NewACL(device.ACLFuncs{
 		MemcpyAsync: func(dst, destMax, src, n uintptr, kind int32, s uintptr) int32 {
@@ -225,7 +248,7 @@ func bind(kind device.Kind, h unsafe.Pointer) (device.Runtime, error) {
 		},
 		SetDevice:    func(d int32) int32 { return int32(C.set_device(setDev, C.int(d))) },
 		RecentErrMsg: func() string { return goString(C.recent_msg(recent)) },
-	}), nil
+	}), goString(C.library_file(memcpy)), nil
 }
 
 func goString(s *C.char) string {
@@ -235,8 +258,8 @@ func goString(s *C.char) string {
 	return C.GoString(s)
 }
 
-// stagers holds each communicator's Stager per memory kind, made at its
-// first device call and closed by gohccl_comm_destroy.
+// stagers holds each communicator's Stagers per memory kind and role, made
+// at its first device call of that role and closed by gohccl_comm_destroy.
 var stagers struct {
 	sync.Mutex
 	m map[stagerKey]*stage.Stager
@@ -245,15 +268,43 @@ var stagers struct {
 type stagerKey struct {
 	comm uint64
 	kind device.Kind
+	role stagerRole
 }
 
-// stagerFor returns the Stager of communicator h for kind, loading the
-// runtime first if need be. A runtime that cannot be loaded breaks the
+// stagerRole: a communicator stages its collectives, its sends and its
+// receives through three Stagers, each with its own pinned buffer. A Stager
+// runs one call at a time, and a receive holds its Stager until the whole
+// message has arrived; with one Stager for all, two ranks that exchange
+// device messages (each an isend and an irecv, torch's usual pair) deadlock:
+// each rank's receive holds the slots its send needs, or its multi-chunk
+// send holds them against its receive. Seen on a GPU (docs/devices.md).
+type stagerRole uint8
+
+const (
+	roleCollective stagerRole = iota
+	roleSend
+	roleRecv
+)
+
+func (r stagerRole) String() string { return [...]string{"collectives", "sends", "receives"}[r] }
+
+func roleOf(kind C.gohccl_call_kind) stagerRole {
+	switch kind {
+	case C.GOHCCL_CALL_SEND:
+		return roleSend
+	case C.GOHCCL_CALL_RECV:
+		return roleRecv
+	}
+	return roleCollective
+}
+
+// stagerFor returns the Stager of communicator h for kind and role, loading
+// the runtime first if need be. A runtime that cannot be loaded breaks the
 // communicator: its peers are already in the call.
-func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind) (*stage.Stager, error) {
+func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind, role stagerRole) (*stage.Stager, error) {
 	stagers.Lock()
 	defer stagers.Unlock()
-	key := stagerKey{uint64(h), kind}
+	key := stagerKey{uint64(h), kind, role}
 	if s := stagers.m[key]; s != nil {
 		return s, nil
 	}
@@ -262,7 +313,7 @@ func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind) (*stage.Stager, 
 	if kind == device.ACL {
 		path = cfg.ACLLibrary
 	}
-	rt, err := loadRuntime(kind, path)
+	lr, err := loadRuntime(kind, path)
 	if err != nil {
 		err = fmt.Errorf("rank %d: %w", c.Rank(), err)
 		c.Fail(err)
@@ -271,7 +322,9 @@ func stagerFor(h C.gohccl_comm, c *comm.Comm, kind device.Kind) (*stage.Stager, 
 	if stagers.m == nil {
 		stagers.m = map[stagerKey]*stage.Stager{}
 	}
-	s := stage.New(c, rt)
+	comm.NewLogger(cfg.Debug, c.Rank(), c.Size()).Infof("device: %s memory of %s staged through %d pinned bytes (GOHCCL_BUFFSIZE); runtime %s",
+		kind, role, cfg.BuffSize, lr.where)
+	s := stage.New(c, lr.rt)
 	stagers.m[key] = s
 	return s, nil
 }
@@ -324,7 +377,7 @@ func gohccl_run(h C.gohccl_comm, cl *C.gohccl_call, errBuf *C.char, errN C.size_
 		if err != nil {
 			return err
 		}
-		s, err := stagerFor(h, c, kind)
+		s, err := stagerFor(h, c, kind, roleOf(cl.kind))
 		if err != nil {
 			return err
 		}

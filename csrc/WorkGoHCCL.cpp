@@ -4,6 +4,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+
 #include <ATen/record_function.h>
 
 #include <c10/util/Exception.h>
@@ -165,8 +167,21 @@ bool WorkGoHCCL::wait(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10::ivalue::Future> WorkGoHCCL::getFuture() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!future_) {
-    future_ =
-        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    // A future of device tensors names their devices: torch's future then
+    // records an event on the completing thread's current stream and makes
+    // whoever waits on it (or chains a callback) wait for that event on
+    // their own stream. Without the devices, completing it with cuda
+    // tensors throws ("not among the expected devices").
+    std::vector<c10::Device> devices;
+    for (const at::Tensor& t : outputs_) {
+      if (t.defined() && !t.device().is_cpu() &&
+          std::find(devices.begin(), devices.end(), t.device()) ==
+              devices.end()) {
+        devices.push_back(t.device());
+      }
+    }
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::ofTensors(), std::move(devices));
     // Made after the work ended: complete it now. It is new, so no callback
     // runs under the lock.
     if (completed_) {

@@ -457,6 +457,59 @@ static void every_op(struct rank* r) {
   }
 }
 
+/* exchange: the two ranks send to each other and receive at once (torch's
+ * isend + irecv pair), a message of many chunks each way, the send on a
+ * thread and stream of its own. A device send and a device receive of one
+ * communicator must be able to run together: with one set of staging slots
+ * for both, each rank's receive held the slots its send needed (seen on a
+ * GPU: both ranks timed out). */
+struct exchange_send {
+  struct rank* r;
+  void* buf;
+  uint64_t count;
+};
+
+static void* exchange_sender(void* p) {
+  struct exchange_send* x = p;
+  struct rank* r = x->r;
+  rt_set_device(r->rt, r->rank);
+  void* stream = stream_create(r->rt);
+  gohccl_call s = device_call(r, GOHCCL_CALL_SEND);
+  s.stream = stream;
+  s.sendbuf = x->buf;
+  s.count = x->count;
+  s.peer = 1 - r->rank;
+  s.tag = 9;
+  run(r, &s, "exchange send", x->count);
+  stream_destroy(r->rt, stream);
+  return NULL;
+}
+
+static void exchange(struct rank* r) {
+  const uint64_t count = 70001;
+  const size_t bytes = count * sizeof(int32_t);
+  int32_t* in = inputs(r->rank, count, 11);
+  int32_t* want = inputs(1 - r->rank, count, 11);
+  void* buf = dev_alloc(r->rt, in, bytes);
+  void* out = dev_alloc(r->rt, NULL, bytes);
+  struct exchange_send x = {r, buf, count};
+  pthread_t t;
+  pthread_create(&t, NULL, exchange_sender, &x);
+  gohccl_call rv = device_call(r, GOHCCL_CALL_RECV);
+  rv.recvbuf = out;
+  rv.count = count;
+  rv.peer = 1 - r->rank;
+  rv.tag = 9;
+  run(r, &rv, "exchange recv", count);
+  pthread_join(t, NULL);
+  compare(r, "exchange recv", count, out, want, count);
+  expect(bytes, bytes);
+  free(in);
+  free(want);
+  dev_free(r->rt, buf);
+  dev_free(r->rt, out);
+}
+
 static void* rank_main(void* p) {
   struct rank* r = p;
   char err[ERR_LEN] = "";
@@ -710,6 +763,7 @@ int main(int argc, char** argv) {
       group(rts[i], n, every_op, 1);
     }
     group(rts[i], 2, host_and_bad_arguments, 1);
+    group(rts[i], 2, exchange, 1);
     check_failure(rts[i], rts[i]->memcpy_call);
     check_failure(rts[i], rts[i]->sync_call);
   }

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -20,8 +21,13 @@ import (
 // (Policy.BusySpin) and then sleep.
 //
 // The evidence, all measured while the job runs:
-//   - the host's runnable threads, from /proc/loadavg, exceed the cores
-//     this process may use (read at most once a millisecond per process);
+//   - the host's runnable threads, from /proc/loadavg (read at most once a
+//     millisecond per process), averaged over the last samples, are at
+//     least one more than the cores this process may use: while this
+//     thread runs, some other thread waits for a core, most of the time
+//     (a compute thread per rank). A moment's crowd (a short-lived
+//     process, a kernel thread) does not count: spinning through it costs
+//     that thread a little and saves this one a futex wake-up;
 //   - a waiter's own polls were interrupted for longer than Preempted: it
 //     was descheduled, so some thread wanted its core;
 //   - a sched_yield took longer than Preempted: another thread ran.
@@ -39,8 +45,9 @@ type Busy struct {
 	// yield, since the thread that gets the core is likely the awaited
 	// peer, where a compute thread would keep it for a whole slice.
 	Crowded bool
-	// Runnable, when set, replaces the reading of /proc/loadavg (tests).
-	Runnable func() int
+	// Runnable, when set, replaces the averaged reading of /proc/loadavg
+	// (tests).
+	Runnable func() float64
 
 	until atomic.Int64 // since epoch: preemption evidence holds until then
 }
@@ -71,13 +78,13 @@ func (b *Busy) Taken(now time.Duration) bool {
 	if b.Always || int64(now) < b.until.Load() {
 		return true
 	}
-	n := 0
+	var n float64
 	if b.Runnable != nil {
 		n = b.Runnable()
 	} else {
 		n = hostRunnable(now)
 	}
-	return n > b.CPUs
+	return n >= float64(b.CPUs+1)
 }
 
 // Saw records that a wait lost its core at now.
@@ -94,22 +101,27 @@ var epoch = time.Now()
 func since() time.Duration { return time.Since(epoch) }
 
 // The host's runnable-thread count, read from /proc/loadavg at most once
-// per runnableEvery and shared by the whole process (it is a fact about the
-// host, not about one communicator).
-const runnableEvery = time.Millisecond
+// per runnableEvery, averaged with weight 1/runnableWeight for each new
+// sample, and shared by the whole process (it is a fact about the host, not
+// about one communicator).
+const (
+	runnableEvery  = time.Millisecond
+	runnableWeight = 8
+)
 
 var runnable struct {
 	once sync.Once
 	fd   int
 	at   atomic.Int64
-	n    atomic.Int32
+	avg  atomic.Uint64 // float64 bits: the average
 }
 
-// hostRunnable returns how many threads the host has running or ready to
-// run (0 where /proc/loadavg cannot be read: no evidence).
-func hostRunnable(now time.Duration) int {
+// hostRunnable returns how many threads the host has had running or ready
+// to run, on average over its last samples (0 where /proc/loadavg cannot be
+// read: no evidence).
+func hostRunnable(now time.Duration) float64 {
 	if at := runnable.at.Load(); at != 0 && int64(now)-at < int64(runnableEvery) {
-		return int(runnable.n.Load())
+		return math.Float64frombits(runnable.avg.Load())
 	}
 	runnable.once.Do(func() {
 		runnable.fd = -1
@@ -123,16 +135,25 @@ func hostRunnable(now time.Duration) int {
 			}
 		}
 	})
-	n := 0
-	if runnable.fd >= 0 {
-		var buf [128]byte
-		if k, err := syscall.Pread(runnable.fd, buf[:], 0); err == nil {
-			n = ParseRunnable(buf[:k])
-		}
+	if runnable.fd < 0 {
+		return 0
 	}
-	runnable.n.Store(int32(n))
+	var buf [128]byte
+	k, err := syscall.Pread(runnable.fd, buf[:], 0)
+	if err != nil {
+		return 0
+	}
+	n := float64(ParseRunnable(buf[:k]))
+	// Concurrent samplers may each fold one in; an average either way.
+	avg := math.Float64frombits(runnable.avg.Load())
+	if runnable.at.Load() == 0 {
+		avg = n
+	} else {
+		avg += (n - avg) / runnableWeight
+	}
+	runnable.avg.Store(math.Float64bits(avg))
 	runnable.at.Store(int64(now))
-	return n
+	return avg
 }
 
 // ParseRunnable reads the running-or-ready thread count from the contents

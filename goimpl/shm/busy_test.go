@@ -22,6 +22,7 @@ func TestParseRunnable(t *testing.T) {
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		require.GreaterOrEqual(t, ParseRunnable(b), 1, "this test's own thread runs: %q", b)
+		require.GreaterOrEqual(t, hostRunnable(since()), 1.0)
 	}
 }
 
@@ -30,17 +31,19 @@ func TestBusyEvidence(t *testing.T) {
 	require.False(t, none.Taken(since()), "no evidence, never busy")
 	none.Saw(since()) // a nil Busy ignores what it is told
 
-	runnable := 1
-	b := &Busy{CPUs: 2, Runnable: func() int { return runnable }}
+	runnable := 1.0
+	b := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
 	require.False(t, b.Taken(since()), "fewer runnable threads than cores")
+	runnable = 2.9
+	require.False(t, b.Taken(since()), "now and then a thread more than cores")
 	runnable = 3
-	require.True(t, b.Taken(since()), "more runnable threads than cores")
+	require.True(t, b.Taken(since()), "a thread waiting for a core all along")
 	runnable = 1
 	now := since()
 	b.Saw(now)
 	require.True(t, b.Taken(now+BusyFor/2), "a seen preemption holds for BusyFor")
 	require.False(t, b.Taken(now+BusyFor+time.Millisecond), "and then lapses")
-	require.True(t, (&Busy{CPUs: 2, Always: true, Runnable: func() int { return 0 }}).Taken(since()))
+	require.True(t, (&Busy{CPUs: 2, Always: true, Runnable: func() float64 { return 0 }}).Taken(since()))
 	crowded := NewBusy(2, 3, false)
 	require.True(t, crowded.Always && crowded.Crowded, "more ranks than cores: always busy, and yielding pays")
 	sleep := NewBusy(2, 2, true)
@@ -52,9 +55,9 @@ func TestBusyEvidence(t *testing.T) {
 // spin and yield phases are; an idle one keeps polling through them.
 func TestBusyWaiterSleepsAtOnce(t *testing.T) {
 	mem := make([]byte, 2*CounterSize)
-	runnable := 8
+	runnable := 8.0
 	p := Policy{Spin: time.Hour, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond,
-		Busy: &Busy{CPUs: 2, Runnable: func() int { return runnable }}}
+		Busy: &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}}
 
 	c := CounterAt(mem, 0)
 	done := make(chan error, 1)

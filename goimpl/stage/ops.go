@@ -180,8 +180,10 @@ func (s *Stager) Send(at Place, peer int, tag int64, buf device.Ptr, count int, 
 
 // Recv receives count elements from peer (or transport.AnySource) with tag
 // into buf and returns the sender's rank. It holds the Stager until the
-// message has arrived: a device receive and a device collective of one
-// communicator do not overlap.
+// message has arrived, so the C ABI gives a communicator's receives a
+// Stager of their own, apart from its sends and collectives
+// (capi/device.go, stagerFor): otherwise two ranks exchanging messages
+// deadlock.
 func (s *Stager) Recv(at Place, peer int, tag int64, buf device.Ptr, count int, dt reduce.DType, timeout time.Duration) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

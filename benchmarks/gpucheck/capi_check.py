@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""gpu_check: gohccl's device staging on a real GPU, in a few minutes.
+"""capi_check: gohccl's device staging on a real GPU through the C ABI.
 
-Run on a machine with a CUDA GPU, after `make build`:
+Run on a machine with a CUDA GPU, after `make build` (benchmarks/gpucheck/run.sh
+runs it with the rest of the GPU check):
 
-    .venv/bin/python benchmarks/gpu_check.py            # 2 processes on GPU 0 (or GPUs 0, 1)
-    .venv/bin/python benchmarks/gpu_check.py --mib 256  # a larger timed all-reduce
+    .venv/bin/python benchmarks/gpucheck/capi_check.py            # 2 processes on GPU 0 (or GPUs 0, 1)
+    .venv/bin/python benchmarks/gpucheck/capi_check.py --mib 256  # a larger timed all-reduce
 
 Without a GPU it runs its C ABI and timing parts against the C test double of
 libcudart (built by `make capi-test`), which is how it was checked before any
 GPU was at hand:
 
-    .venv/bin/python benchmarks/gpu_check.py --fake-cuda build/cmake/doubles/libcudart.so.12
+    .venv/bin/python benchmarks/gpucheck/capi_check.py --fake-cuda build/cmake/doubles/libcudart.so.12
 
 What it does, in 2 spawned processes (rank r on GPU r % device_count):
 
@@ -46,7 +47,7 @@ import traceback
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # gohccl.h, stable values
 MEMORY_HOST, MEMORY_CUDA = 0, 1
@@ -95,7 +96,8 @@ class Checks:
 
 
 def libgohccl():
-    return ctypes.CDLL(os.path.join(ROOT, "python", "gohccl", "lib", "libgohccl.so"))
+    """The library at LIBGOHCCL, else the one `make build` put in the tree."""
+    return ctypes.CDLL(os.environ.get("LIBGOHCCL") or os.path.join(ROOT, "python", "gohccl", "lib", "libgohccl.so"))
 
 
 class Comm:
@@ -488,7 +490,7 @@ def worker(rank, world, args, port):
         store = dist.TCPStore("127.0.0.1", port, world, rank == 0, wait_for_workers=True)
         dev = FakeCUDA(rank, args.fake_cuda) if args.fake_cuda else TorchCUDA(rank)
         lib = libgohccl()
-        comm = Comm(lib, store, rank, world, "gpu_check/")
+        comm = Comm(lib, store, rank, world, "capi_check/")
         if rank == 0:
             print(f"device memory from {dev.name}; {world} processes", flush=True)
         c_ABI_checks(ck, comm, dev, world)
@@ -539,7 +541,7 @@ def main():
         if p.is_alive():
             p.kill()
             p.join()
-    print("gpu_check:", "FAILED" if bad else "passed", flush=True)
+    print("SUMMARY capi_check:", "FAILED" if bad else "passed", flush=True)
     return 1 if bad else 0
 
 
