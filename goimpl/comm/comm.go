@@ -148,7 +148,8 @@ func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
 const announceAfter = 10 * time.Millisecond
 
 // watch runs while a collective of this rank waits (the links' receives
-// every announceAfter, the engine's waits between sleeps): the first time
+// every announceAfter, the engine's waits between sleeps once the op is
+// announceAfter old): the first time
 // in each op it sends every peer an announce frame with the op's stamp, so
 // that a peer which runs another op as this sequence number, and shares no
 // frame with this rank in it (a rooted op with another root, an op of the
@@ -180,6 +181,12 @@ func (c *Comm) watch() error {
 func (c *Comm) engineStop() error {
 	if err := c.mesh.Matcher().Health(); err != nil {
 		return err
+	}
+	// As over the links, only an op that has waited announceAfter
+	// announces itself: a wait that sleeps at once (a busy host) must not
+	// send announce frames, and allocate, on every op.
+	if time.Since(c.started) < announceAfter {
+		return nil
 	}
 	return c.watch()
 }
