@@ -53,11 +53,14 @@ type Busy struct {
 }
 
 // Preempted is the gap between two polls, or the length of one
-// sched_yield, that counts as "this thread lost its core": a poll of a
-// counter takes nanoseconds and a yield with nothing else to run under a
-// microsecond, while a thread that loses its core waits at least a timer
-// tick or a scheduler slice (hundreds of microseconds or more).
-const Preempted = 50 * time.Microsecond
+// sched_yield, that counts as "this thread lost its core to a thread that
+// keeps it": a poll of a counter takes nanoseconds and a yield with nothing
+// else to run under a microsecond, while a compute thread keeps the core
+// for a scheduler slice (0.75 ms and up). Kernel threads that run for tens
+// of microseconds (on this VM, DAMON's, about 1.5% of a core) do not count:
+// at 50 us they put idle 2-rank all-reduces of 4 KiB into the busy regime
+// now and then (7 us instead of 5).
+const Preempted = 250 * time.Microsecond
 
 // BusyFor is how long a seen preemption makes waits treat the host as busy.
 const BusyFor = 20 * time.Millisecond
