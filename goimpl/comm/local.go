@@ -237,14 +237,14 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 		}
 		reads = reads && mesh.CanReadPeer(pid, addr, w)
 	}
-	handOff, arrive, cross, err := l.engine.MeasureHandOff(deadline)
+	handOff, cross, err := l.engine.MeasureHandOff(deadline)
 	if err != nil {
 		return err
 	}
 	verdict := fmt.Sprintf("%t", reads)
 	if l.me == 0 {
 		f := mesh.MeasureHost()
-		f.HandOff, f.Arrive, f.Cross = handOff, arrive, cross
+		f.HandOff, f.Cross = handOff, cross
 		verdict += " " + f.String()
 	}
 	if err := store.Set(key("verdict", rank), []byte(verdict)); err != nil {
@@ -270,11 +270,7 @@ func (l *local) measure(store rendezvous.Store, prefix string, rank int, deadlin
 // describeFigures writes the host figures for the INFO log.
 func describeFigures(f mesh.Figures) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "host figures: hand-off %.2fus", f.HandOff*1e6)
-	if f.Arrive > 0 {
-		fmt.Fprintf(&b, ", every rank's arrival %.1fus (more ranks than cores)", f.Arrive*1e6)
-	}
-	fmt.Fprintf(&b, ", cross-core copy %.1f GB/s, copy", f.Cross/1e9)
+	fmt.Fprintf(&b, "host figures: hand-off %.2fus, cross-core copy %.1f GB/s, copy", f.HandOff*1e6, f.Cross/1e9)
 	for i, s := range f.Sizes {
 		fmt.Fprintf(&b, " %s %.1f", tune.FormatBytes(s), f.Copy[i]/1e9)
 	}

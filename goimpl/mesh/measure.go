@@ -36,16 +36,6 @@ type Figures struct {
 	// policy: sub-microsecond when both ranks have a core, a futex wake-up
 	// or a scheduler slice when they share one.
 	HandOff float64
-	// Arrive is the seconds an operation on the engine costs beyond its
-	// hand-offs until every local rank has arrived in it: 0 with a core
-	// per rank (priced in the hand-offs); with more local ranks than
-	// cores, every operation waits until the scheduler has run each rank,
-	// most of them woken from a futex, so n wake-ups of a sleeping rank,
-	// timed at init as a ring of ranks that each sleep until their
-	// predecessor wakes them. The links' schedules do not pay it: a rank
-	// sends into a ring and goes on, so ranks drift apart instead of
-	// meeting every operation.
-	Arrive float64
 	// Syscall is the seconds of one process_vm_readv of a few bytes: the
 	// fixed cost of each read of a single-copy schedule.
 	Syscall float64
@@ -103,11 +93,11 @@ func interpolate(xs, ys []float64, x float64) float64 {
 	return ys[i-1] + t*(ys[i]-ys[i-1])
 }
 
-// String encodes f for the store: "handoff syscall cross l2 arrive
+// String encodes f for the store: "handoff syscall cross l2
 // size:copy:kernel ...", times in seconds and rates in bytes per second.
 func (f Figures) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%g %g %g %d %g", f.HandOff, f.Syscall, f.Cross, f.L2, f.Arrive)
+	fmt.Fprintf(&b, "%g %g %g %d", f.HandOff, f.Syscall, f.Cross, f.L2)
 	for i, s := range f.Sizes {
 		k := 0.0
 		if len(f.Kernel) > 0 {
@@ -123,7 +113,7 @@ func ParseFigures(s string) (Figures, error) {
 	var f Figures
 	fields := strings.Fields(s)
 	bad := func() (Figures, error) { return Figures{}, fmt.Errorf("mesh: malformed host figures %q", s) }
-	if len(fields) < 6 {
+	if len(fields) < 5 {
 		return bad()
 	}
 	var err error
@@ -135,11 +125,8 @@ func ParseFigures(s string) (Figures, error) {
 	if f.L2, err = strconv.Atoi(fields[3]); err != nil {
 		return bad()
 	}
-	if f.Arrive, err = strconv.ParseFloat(fields[4], 64); err != nil || math.IsNaN(f.Arrive) || f.Arrive < 0 {
-		return bad()
-	}
 	kernel := true
-	for _, x := range fields[5:] {
+	for _, x := range fields[4:] {
 		parts := strings.Split(x, ":")
 		if len(parts) != 3 {
 			return bad()
@@ -235,92 +222,70 @@ func measureRates() Figures {
 	return f
 }
 
-// handOffRounds is how many times MeasureHandOff passes the token round the
-// ranks at most: enough to average out a stray wake-up, few enough to take
-// well under a millisecond when the ranks have cores of their own.
+// handOffRounds is how many round trips MeasureHandOff times: enough to
+// average out a stray wake-up, few enough to take well under a millisecond
+// when the ranks have cores of their own.
 const handOffRounds = 200
-
-// handOffBudget bounds the time the rounds take past the first
-// handOffMinRounds: where hand-offs are scheduler wake-ups (more ranks than
-// cores), 200 rounds could take seconds of the communicator's init.
-const (
-	handOffBudget    = 50 * time.Millisecond
-	handOffMinRounds = 16
-)
-
-// ringEnd, added to a ring's base, is the probe value that ends the ring:
-// larger than any round.
-const ringEnd = 1 << 40
-
-// wakeRounds is how many rounds time the wake-ups of sleeping ranks.
-const wakeRounds = handOffMinRounds
 
 // crossRounds is how many times MeasureHandOff times a cross-core copy.
 const crossRounds = 3
 
-// MeasureHandOff times hand-offs among the local ranks over the probe
-// counters of the region, then a copy of bytes local rank 1 has just
+// MeasureHandOff times hand-offs between local ranks 0 and 1 over the
+// probe counters of the region, then a copy of bytes local rank 1 has just
 // written, and returns on local rank 0 the seconds of one hand-off and the
-// cross-core copy rate (0, 0 on the others, which only answer). Every local
-// rank must call it, together, before the engine's first operation. It
-// waits under the engine's wait policy, until deadline.
-//
-// A hand-off is timed as what the engine's schedules wait for: local rank
-// 0 posts, each rank in turn waits for its predecessor's post and posts,
-// and rank 0 times the token's way round, a round of n hand-offs. With two
-// ranks that is a ping-pong. With more ranks than cores it includes what
-// the schedules pay there: a rank that waits for a peer waits until the
-// scheduler runs it, and every operation on the engine needs each local
-// rank to run.
-func (e *Engine) MeasureHandOff(deadline time.Time) (handOff, arrive, cross float64, err error) {
-	if e.n < 2 {
-		return 0, 0, 0, nil
+// cross-core copy rate (0, 0 on the others, which only answer). Local ranks
+// 0 and 1 must call it together, before the engine's first operation; the
+// others need not call it. It waits under the engine's wait policy, until
+// deadline.
+func (e *Engine) MeasureHandOff(deadline time.Time) (handOff, cross float64, err error) {
+	if e.n < 2 || e.me > 1 {
+		return 0, 0, nil
 	}
 	shm.Guard()
 	defer func() { err = shm.Recovered(recover(), err) }()
-	probe := func(r int) *shm.Counter { return shm.CounterAt(e.region, e.lay.ctl(r, lineProbe)) }
-	if handOff, err = e.ring(probe, 0, handOffRounds, &e.opt.Wait, deadline); err != nil {
-		return 0, 0, 0, err
+	mine := shm.CounterAt(e.region, e.lay.ctl(e.me, lineProbe))
+	theirs := shm.CounterAt(e.region, e.lay.ctl(1-e.me, lineProbe))
+	rounds := make([]float64, 0, handOffRounds)
+	for i := uint64(1); i <= handOffRounds; i++ {
+		start := time.Now()
+		if e.me == 0 {
+			mine.Store(i)
+		}
+		if err := theirs.WaitAtLeast(i, deadline, e.stopFn, &e.opt.Wait); err != nil {
+			return 0, 0, fmt.Errorf("measuring the hand-off time with %s: %w", e.who(1-e.me), err)
+		}
+		if e.me == 1 {
+			mine.Store(i)
+		}
+		rounds = append(rounds, time.Since(start).Seconds())
 	}
-	// The wake-ups every operation needs with more ranks than cores: the
-	// same ring with ranks that sleep at once. Every rank runs it (a rank
-	// whose affinity gives it fewer cores would otherwise decide
-	// differently and stall the ring); local rank 0 counts it only where
-	// its own wait policy says the host is crowded.
-	sleep := shm.Policy{Busy: &shm.Busy{CPUs: 1, Always: true}}
-	wake, err := e.ring(probe, ringEnd, wakeRounds, &sleep, deadline)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if e.opt.Wait.Busy != nil && e.opt.Wait.Busy.Crowded {
-		arrive = float64(e.n) * wake
-	}
-	base := uint64(2 * ringEnd)
-	if e.me > 1 {
-		return 0, 0, 0, nil
-	}
+	// The median round trip: a wait now and then that the scheduler
+	// stretches (another process took the core) is not what a hand-off
+	// costs; a host where most waits go through the futex shows it here.
+	slices.Sort(rounds)
+	handOff = rounds[len(rounds)/2] / 2
 	// The cross-core copy: rank 1 writes its buffers (up to 256 KiB, in
-	// its L2) and posts; rank 0 copies them out and answers that it has.
-	mine, theirs := probe(e.me), probe(1-e.me)
+	// its L2) and posts; rank 0 copies them out. Rounds handOffRounds+1
+	// on: rank 1 posts the data, rank 0 answers that it has read it.
 	data := e.region[e.lay.data(1, 0):][:min(256<<10, depth*e.lay.buf)]
 	var sink []byte
 	if e.me == 0 {
 		sink = make([]byte, len(data))
 	}
 	best := math.Inf(1)
-	for i := base + 1; i <= base+crossRounds; i++ {
+	for i := uint64(handOffRounds + 1); i <= handOffRounds+crossRounds; i++ {
 		if e.me == 1 {
 			for j := range data {
 				data[j] = byte(i + uint64(j))
 			}
 			mine.Store(i)
 			if err := theirs.WaitAtLeast(i, deadline, e.stopFn, &e.opt.Wait); err != nil {
-				return 0, 0, 0, fmt.Errorf("measuring the cross-core copy rate with %s: %w", e.who(0), err)
+				return 0, 0, fmt.Errorf("measuring the cross-core copy rate with %s: %w", e.who(0), err)
 			}
 			continue
 		}
 		if err := theirs.WaitAtLeast(i, deadline, e.stopFn, &e.opt.Wait); err != nil {
-			return 0, 0, 0, fmt.Errorf("measuring the cross-core copy rate with %s: %w", e.who(1), err)
+			return 0, 0, fmt.Errorf("measuring the cross-core copy rate with %s: %w", e.who(1), err)
 		}
 		t := time.Now()
 		copy(sink, data)
@@ -328,58 +293,9 @@ func (e *Engine) MeasureHandOff(deadline time.Time) (handOff, arrive, cross floa
 		mine.Store(i)
 	}
 	if e.me == 1 {
-		return 0, 0, 0, nil
+		return 0, 0, nil
 	}
-	return handOff, arrive, float64(len(data)) / max(best, 1e-9), nil
-}
-
-// ring passes a token round the local ranks over the probe counters, with
-// values base+1, base+2, ..., for at most rounds rounds (fewer once
-// handOffMinRounds have taken handOffBudget), then ends it with
-// base+ringEnd, and returns on local rank 0 the median seconds of one
-// hand-off (a round over n); 0 on the others. Local rank 0 posts, each rank
-// in turn waits for its predecessor's post and posts, and rank 0 times the
-// token's way round. Every local rank must call it, with the same base.
-func (e *Engine) ring(probe func(int) *shm.Counter, base uint64, rounds int, p *shm.Policy, deadline time.Time) (float64, error) {
-	mine, prev := probe(e.me), probe((e.me+e.n-1)%e.n)
-	end := base + ringEnd
-	failed := func(err error) (float64, error) {
-		return 0, fmt.Errorf("measuring the hand-off time with %s: %w", e.who((e.me+e.n-1)%e.n), err)
-	}
-	if e.me != 0 {
-		for i := base + 1; ; i++ {
-			if err := prev.WaitAtLeast(i, deadline, e.stopFn, p); err != nil {
-				return failed(err)
-			}
-			if prev.Load() >= end {
-				mine.Store(end)
-				return 0, nil
-			}
-			mine.Store(i)
-		}
-	}
-	times := make([]float64, 0, rounds)
-	begin := time.Now()
-	for i := base + 1; i <= base+uint64(rounds); i++ {
-		start := time.Now()
-		mine.Store(i)
-		if err := prev.WaitAtLeast(i, deadline, e.stopFn, p); err != nil {
-			return failed(err)
-		}
-		times = append(times, time.Since(start).Seconds())
-		if len(times) >= handOffMinRounds && time.Since(begin) > handOffBudget {
-			break
-		}
-	}
-	mine.Store(end)
-	if err := prev.WaitAtLeast(end, deadline, e.stopFn, p); err != nil {
-		return failed(err)
-	}
-	// The median round: a wait now and then that the scheduler stretches
-	// (another process took the core) is not what a hand-off costs; a
-	// host where most waits go through the futex shows it here.
-	slices.Sort(times)
-	return times[len(times)/2] / float64(e.n), nil
+	return handOff, float64(len(data)) / max(best, 1e-9), nil
 }
 
 // threadTime returns the CPU time of the calling thread, in seconds.

@@ -28,9 +28,7 @@ import (
 //     k of the working set.
 //
 // A copy moves a byte in and a byte out: traffic t at copy rate r takes
-// t/(2r). Every operation on the engine also pays the figures' Arrive
-// (0 unless the host has more local ranks than cores): it meets every
-// local rank once, where the links' schedules let ranks drift apart.
+// t/(2r).
 
 // aheadChunks mirrors the engine's posting distance (mesh's ahead).
 const aheadChunks = 8
@@ -167,9 +165,9 @@ func meshLevel0(m Model, coll Coll, s Shape) float64 {
 	node := nodeShape(s)
 	switch coll {
 	case AllReduce:
-		return 2*m.Host.Arrive + meshReduceScatter(m, node) + meshAllGather(m, node, mesh.OneShot)
+		return meshReduceScatter(m, node) + meshAllGather(m, node, mesh.OneShot)
 	case AllGather:
-		return m.Host.Arrive + meshAllGather(m, node, mesh.OneShot)
+		return meshAllGather(m, node, mesh.OneShot)
 	}
-	return m.Host.Arrive + meshReduceScatter(m, node)
+	return meshReduceScatter(m, node)
 }

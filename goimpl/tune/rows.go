@@ -238,7 +238,7 @@ func meshRow(coll Coll, v mesh.Variant, desc string, cost func(Model, Shape, mes
 			if s.N <= 1 || s.Bytes <= 0 {
 				return 0
 			}
-			return m.Host.Arrive + cost(m, s, v)
+			return cost(m, s, v)
 		},
 		Run: func(x *Exec, _ Choice, a *Args) error {
 			x.Call.Variant = v

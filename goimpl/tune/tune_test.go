@@ -380,30 +380,3 @@ func TestInfoTable(t *testing.T) {
 	}
 	assert.False(t, strings.Contains(line, "level0:"), "no hierarchical form on one node: %s", line)
 }
-
-// TestArriveOnCrowdedHosts: with more local ranks than cores every engine
-// operation pays the measured arrival of all local ranks, so a small
-// broadcast goes over the links, whose ranks do not all meet, while a large
-// one stays on the engine.
-func TestArriveOnCrowdedHosts(t *testing.T) {
-	m := DefaultModel()
-	m.Host = testFigures()
-	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
-	price := func(m Model, name string, b float64) float64 { // the row's cheapest segment
-		best := -1.0
-		for _, p := range m.Price(Broadcast, four, b, Restriction{}) {
-			if p.Choice.Name() == name && p.Err == nil && (best < 0 || p.Seconds < best) {
-				best = p.Seconds
-			}
-		}
-		require.GreaterOrEqual(t, best, 0.0, "no row %s", name)
-		return best
-	}
-	require.Equal(t, "mesh.oneshot", New(Spec{}, m, four).Choose(Broadcast, 4<<10).Name(), "a core per rank")
-	crowded := m
-	crowded.Host.Arrive = 40e-6
-	assert.InDelta(t, price(m, "mesh.oneshot", 4<<10)+40e-6, price(crowded, "mesh.oneshot", 4<<10), 1e-12)
-	assert.Equal(t, price(m, "binomial", 4<<10), price(crowded, "binomial", 4<<10), "links do not pay it")
-	assert.Equal(t, "binomial", New(Spec{}, crowded, four).Choose(Broadcast, 4<<10).Name())
-	assert.Equal(t, "mesh.oneshot", New(Spec{}, crowded, four).Choose(Broadcast, 16<<20).Name())
-}
