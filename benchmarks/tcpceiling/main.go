@@ -109,27 +109,15 @@ func receive(addr string, counts []int) error {
 }
 
 func send(addr string, counts []int, d time.Duration, chunk int) error {
-	data := make([]byte, chunk)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
+	data := pattern(chunk)
 	fmt.Printf("%-8s %12s %12s\n", "streams", "Gbit/s", "GB/s")
 	for _, n := range counts {
 		conns := make([]*net.TCPConn, n)
 		for i := range conns {
-			var c net.Conn
 			var err error
-			for try := 0; ; try++ {
-				c, err = net.Dial("tcp", addr)
-				if err == nil || try > 100 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if err != nil {
+			if conns[i], err = dial(addr); err != nil {
 				return err
 			}
-			conns[i] = c.(*net.TCPConn)
 		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -177,10 +165,7 @@ func send(addr string, counts []int, d time.Duration, chunk int) error {
 // each side writes chunks for d, half-closes, and reads the peer's stream to
 // its end; each host prints the rate it received at, per stream count.
 func both(host int, addr string, counts []int, d time.Duration, chunk int) error {
-	data := make([]byte, chunk)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
+	data := pattern(chunk)
 	var ln net.Listener
 	if host == 0 {
 		var err error
@@ -193,23 +178,18 @@ func both(host int, addr string, counts []int, d time.Duration, chunk int) error
 	for _, n := range counts {
 		conns := make([]*net.TCPConn, n)
 		for i := range conns {
-			var c net.Conn
 			var err error
 			if host == 0 {
-				c, err = ln.Accept()
-			} else {
-				for try := 0; ; try++ {
-					c, err = net.Dial("tcp", addr)
-					if err == nil || try > 100 {
-						break
-					}
-					time.Sleep(50 * time.Millisecond)
+				var c net.Conn
+				if c, err = ln.Accept(); err == nil {
+					conns[i] = c.(*net.TCPConn)
 				}
+			} else {
+				conns[i], err = dial(addr)
 			}
 			if err != nil {
 				return err
 			}
-			conns[i] = c.(*net.TCPConn)
 		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -265,4 +245,27 @@ func both(host int, addr string, counts []int, d time.Duration, chunk int) error
 		fmt.Printf("%-8d %12.2f %12.3f\n", n, float64(total)*8/el/1e9, float64(total)/el/1e9)
 	}
 	return nil
+}
+
+// dial connects to the receiver, retrying for about 5 s while it starts.
+func dial(addr string) (*net.TCPConn, error) {
+	for try := 0; ; try++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			return c.(*net.TCPConn), nil
+		}
+		if try > 100 {
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pattern returns n bytes of a fixed, non-constant pattern to send.
+func pattern(n int) []byte {
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	return data
 }
