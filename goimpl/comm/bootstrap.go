@@ -23,6 +23,8 @@ type peerInfo struct {
 	Addr string `json:"addr"` // host:port of its listener
 	Host string `json:"host"` // host identity: hostname and boot id
 	PID  int    `json:"pid"`
+	// CPUs is how many cores the rank's process may use (0: not said).
+	CPUs int `json:"cpus"`
 	// Settings are its values of the variables every rank must set
 	// alike (config.SharedVars), compared before anything else is built.
 	Settings map[string]string `json:"settings"`
@@ -94,7 +96,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if ln != nil {
 		defer ln.Close()
 	}
-	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), Key: id.Key.PublicKey().Bytes(), Settings: opt.Config.Shared()}
+	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), CPUs: runtime.NumCPU(), Key: id.Key.PublicKey().Bytes(), Settings: opt.Config.Shared()}
 	if ln != nil {
 		me.Addr = ln.Addr()
 	}
@@ -195,6 +197,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if loc != nil {
 		loc.engine.SetStop(c.engineStop)
 	}
+	c.crowded = crowded(peers)
 	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
@@ -257,6 +260,25 @@ func rankList(ranks []int) string {
 		s[i] = fmt.Sprint(r)
 	}
 	return "ranks " + strings.Join(s, ", ")
+}
+
+// crowded says whether some host runs more of the group's ranks than the
+// cores its ranks may use (the fewest any of them says): every rank reads
+// the same records, so every rank answers alike.
+func crowded(peers []peerInfo) bool {
+	ranks, cpus := map[string]int{}, map[string]int{}
+	for _, p := range peers {
+		ranks[p.Host]++
+		if c, ok := cpus[p.Host]; p.CPUs > 0 && (!ok || p.CPUs < c) {
+			cpus[p.Host] = p.CPUs
+		}
+	}
+	for h, n := range ranks {
+		if c, ok := cpus[h]; ok && n > c {
+			return true
+		}
+	}
+	return false
 }
 
 // capProcs caps GOMAXPROCS by the number of ranks on this host.

@@ -50,6 +50,7 @@ func (c *Comm) finishAvg(op reduce.Op, dt reduce.DType, b []byte) {
 func (c *Comm) choose(coll tune.Coll, bytes int) tune.Choice {
 	if c.choice = c.pinned[coll]; c.choice.Row == nil {
 		c.choice = c.tuner.Choose(coll, bytes)
+		c.measured, c.measuredColl, c.measuredBytes = c.tuner.Measuring(), coll, bytes
 	}
 	c.recordCollective(c.choice)
 	return c.choice

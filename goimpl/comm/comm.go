@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gohccl/gohccl/goimpl/algo"
 	"github.com/gohccl/gohccl/goimpl/config"
@@ -94,6 +95,9 @@ type Comm struct {
 	// it (or by GOHCCL_RANKS_PER_NODE); tuner chooses every collective's
 	// schedule from goimpl/tune's table.
 	hosts []string
+	// crowded says a host of the group runs more of its ranks than it
+	// has cores (bootstrap's records): the tuner measures (GOHCCL_TUNE=auto).
+	crowded bool
 	topo  *topo.Topology
 	tuner *tune.Tuner
 	// path is the reduce kernels' instruction set (GOHCCL_SIMD), this
@@ -121,6 +125,11 @@ type Comm struct {
 	// pinned, where set, is the choice of its collective instead of the
 	// tuner's: the tests pin every row of the table in turn.
 	pinned [tune.NumColls]tune.Choice
+	// measured says the collective in progress is one of a trial of the
+	// tuner's (measuredColl moving measuredBytes), whose time end reports.
+	measured      bool
+	measuredColl  tune.Coll
+	measuredBytes int
 }
 
 func newComm(mesh *transport.Mesh, opt Options, id string, log *Logger) *Comm {
@@ -247,10 +256,11 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 		c.op.Node = tune.NodeLegs(l.engine, &c.call)
 	}
 	c.tuner = tune.New(spec, m, s)
+	c.tuner.SetMeasure(c.cfg.Tune == "measure" || (c.cfg.Tune == "auto" || c.cfg.Tune == "") && c.crowded)
 	c.tuner.Warnf = c.log.Warnf
 	if c.cfg.Debug >= config.Info {
 		c.tuner.Logf = c.log.Infof
-		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0)
+		c.log.Infof("topology %s, GOHCCL_ALGO=%s, shared memory: whole group %v, level0 %v, choices %s", c.topo, c.cfg.Algo, s.Mesh.Whole, s.Mesh.Level0, c.tuningMode())
 		if inter.valid() {
 			shared := "a link of its own per rank"
 			if m.NodeBW > 0 {
@@ -260,6 +270,17 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 		}
 	}
 	return nil
+}
+
+// tuningMode says how the tuner chooses, for the INFO log.
+func (c *Comm) tuningMode() string {
+	switch {
+	case !c.tuner.Measuring():
+		return "priced by the model"
+	case c.cfg.Tune == "measure":
+		return "measured (GOHCCL_TUNE=measure)"
+	}
+	return "measured (a host runs more ranks than it has cores)"
 }
 
 // nodesOf groups the ranks into nodes: by GOHCCL_RANKS_PER_NODE when set,
@@ -626,15 +647,22 @@ func (c *Comm) Close() {
 // rather than with a closure, which would allocate on every call.
 func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel bool) error {
 	c.mu.Lock()
+	if err := c.open(fp, timeout, withKernel); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// open is begin under the communicator's lock, which it leaves held.
+func (c *Comm) open(fp transport.Fingerprint, timeout time.Duration, withKernel bool) error {
 	if err := c.Err(); err != nil {
 		c.refused(fp, err) // flight.go
-		c.mu.Unlock()
 		return fmt.Errorf("%w: %v", ErrBroken, err)
 	}
 	if withKernel {
 		k, k3, err := c.path.Lookup(fp.DType, fp.Op)
 		if err != nil {
-			c.mu.Unlock()
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		c.op.Kernel, c.op.Kernel3 = k, k3
@@ -645,6 +673,7 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 	c.started = time.Now()
 	o.Deadline = c.deadlineFrom(c.started, timeout)
 	o.DType = fp.DType
+	c.measured = false
 	if c.cfg.Debug >= config.Trace {
 		c.log.Tracef("#%d %s", c.seq, fp)
 	}
@@ -652,16 +681,29 @@ func (c *Comm) begin(fp transport.Fingerprint, timeout time.Duration, withKernel
 		// What arrived early for this op already shows a mismatch: it
 		// fails as begun (recorded, then ended), before any choice.
 		c.recordCollective(tune.Choice{})
-		return c.end(err)
+		return c.close(err)
 	}
 	return nil
 }
 
 // end finishes the collective begun by begin. A failure becomes an error
 // naming the op, its sequence number and this rank, and breaks the
-// communicator.
+// communicator. The last op of a trial (tune's measuring) is followed, on
+// every rank alike, by the trial's agreement.
 func (c *Comm) end(err error) error {
 	defer c.mu.Unlock()
+	if err = c.close(err); err != nil || !c.measured {
+		return err
+	}
+	coll, bytes := c.measuredColl, c.measuredBytes
+	if !c.tuner.Observe(coll, bytes, time.Since(c.started).Seconds()) {
+		return nil
+	}
+	return c.agree(coll, bytes)
+}
+
+// close is end under the communicator's lock, without the trial.
+func (c *Comm) close(err error) error {
 	if err == nil && c.local != nil {
 		err = c.settle()
 	}
@@ -677,4 +719,26 @@ func (c *Comm) end(err error) error {
 		c.mesh.Matcher().WaitClaimed(&c.op.Recvs[i])
 	}
 	return err
+}
+
+// agree ends the trial of coll at bytes that the op just ended completed:
+// an all-reduce (max) of each rank's median time per candidate (whole
+// nanoseconds: every rank gets the same figures), run with the model's
+// choice as an op of its own, then the tuner keeps the fastest. Every rank
+// runs it right after the same op, so the ranks' sequences stay alike.
+func (c *Comm) agree(coll tune.Coll, bytes int) error {
+	nanos := c.tuner.Timings(coll, bytes)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&nanos[0])), len(nanos)*8)
+	fp := transport.Fingerprint{Kind: transport.KindAllReduce, DType: reduce.Int64, Op: reduce.Max, Count: uint64(len(nanos))}
+	if err := c.open(fp, c.timeout, true); err != nil {
+		return err
+	}
+	c.args = tune.Args{Buf: buf, Count: len(nanos)}
+	c.choice = c.tuner.Modeled(tune.AllReduce, len(buf))
+	c.recordCollective(c.choice)
+	if err := c.close(c.run(c.choice)); err != nil {
+		return err
+	}
+	c.tuner.Settle(coll, bytes, nanos)
+	return nil
 }

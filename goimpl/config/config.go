@@ -60,6 +60,8 @@ var Vars = []Var{
 		"Ports the TCP listener may bind, for firewalled clusters, e.g. `29600-29700`; each rank takes a free one in the range (starting at a random one), and init fails naming the range when every port in it is taken. A host needs at least as many ports as ranks it runs per communicator. Empty: any free port the kernel picks."},
 	{"GOHCCL_SIMD", "auto | scalar | avx2 | avx512", "auto",
 		"Forces a reduce-kernel path; refused if this CPU lacks the instructions. auto picks the best this CPU has."},
+	{"GOHCCL_TUNE", "auto | model | measure", "auto",
+		"How the tuner picks a row of the table for each collective and size class (docs/algorithms.md, \"Measured choices\"). model: the cheapest by the model's price, from the host's measured figures and the links' latency and bandwidth. measure: the first ops of each class run the few rows the model ranks best in each place (the engine, the links, the hierarchy), 3 times each, and the ranks keep the fastest by their summed median times, agreed by one small all-reduce. auto: measure where the model is known to mislead, on a group with a host that runs more of its ranks than it has cores (every hand-off then waits for a descheduled peer), else model. Must be the same on every rank."},
 	{"GOHCCL_WAIT", "auto | spin | sleep", "auto",
 		"How a rank waits for a peer on shared memory. auto: spin up to 50 us and then poll with sched_yield up to 2 ms while the host has a core for every runnable thread, but spin only 10 us and then sleep on a futex while it does not, which each communicator finds out as it runs (the host's runnable threads in /proc/loadavg, averaged over its samples, at least one more than the cores this process may use; or its own waits losing their core) and always assumes with more local ranks than cores (docs/transports.md, \"Waiting\"). spin: always the former (a dedicated machine, one rank per core, nothing else running). sleep: always the latter (a machine shared with compute threads or other jobs)."},
 	{"GOHCCL_TRACE_BUFFER", "integer (entries)", "2000",
@@ -110,6 +112,9 @@ type Config struct {
 	PortLo, PortHi int
 	// SIMD forces a reduce path (GOHCCL_SIMD); "" or "auto" for the best.
 	SIMD string
+	// Tune is "auto", "model" or "measure" (GOHCCL_TUNE): whether the
+	// tuner measures its candidates on the first ops of each size class.
+	Tune string
 	// Wait is "auto", "spin" or "sleep" (GOHCCL_WAIT): whether waits on
 	// shared memory learn if the host is busy, or take it as idle or busy.
 	Wait string
@@ -235,6 +240,11 @@ func Load(lookup func(name string) (string, bool)) (Config, error) {
 	if _, err := reduce.PathNamed(c.SIMD); err != nil {
 		return c, fmt.Errorf("GOHCCL_SIMD=%q: %v", get("GOHCCL_SIMD"), err)
 	}
+	switch c.Tune = strings.ToLower(get("GOHCCL_TUNE")); c.Tune {
+	case "auto", "model", "measure":
+	default:
+		return c, fmt.Errorf("GOHCCL_TUNE=%q: want auto, model or measure", get("GOHCCL_TUNE"))
+	}
 	switch c.Wait = strings.ToLower(get("GOHCCL_WAIT")); c.Wait {
 	case "auto", "spin", "sleep":
 	default:
@@ -298,7 +308,7 @@ func PhysicalMemory() int64 {
 // probe). Bootstrap compares them
 // and fails naming the variable and the ranks that differ. The others
 // (log level, interface, SIMD path, runtime libraries) are each rank's own.
-var SharedVars = []string{"GOHCCL_BUFFSIZE", "GOHCCL_TRANSPORT", "GOHCCL_ALGO", "GOHCCL_RANKS_PER_NODE",
+var SharedVars = []string{"GOHCCL_BUFFSIZE", "GOHCCL_TRANSPORT", "GOHCCL_ALGO", "GOHCCL_TUNE", "GOHCCL_RANKS_PER_NODE",
 	"GOHCCL_INTRA_LATENCY", "GOHCCL_INTRA_BW"}
 
 // Shared returns the values of SharedVars as c holds them, normalised
@@ -314,6 +324,7 @@ func (c Config) Shared() map[string]string {
 		"GOHCCL_BUFFSIZE":       strconv.FormatInt(c.BuffSize, 10),
 		"GOHCCL_TRANSPORT":      c.Transport,
 		"GOHCCL_ALGO":           algo,
+		"GOHCCL_TUNE":           c.Tune,
 		"GOHCCL_RANKS_PER_NODE": strconv.Itoa(c.RanksPerNode),
 		"GOHCCL_INTRA_LATENCY":  g(c.IntraLatency),
 		"GOHCCL_INTRA_BW":       g(c.IntraBW),

@@ -380,3 +380,58 @@ func TestInfoTable(t *testing.T) {
 	}
 	assert.False(t, strings.Contains(line, "level0:"), "no hierarchical form on one node: %s", line)
 }
+
+// TestTrialKeepsTheFastest feeds a trial synthetic times: each candidate
+// runs Rounds ops in a row, the first is not counted and of the others the
+// median counts (one slow run does not), and Settle keeps the fastest
+// agreed time, or the earlier candidate when two are within Tie.
+func TestTrialKeepsTheFastest(t *testing.T) {
+	tu := New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
+	tu.SetMeasure(true)
+	const bytes = 64 << 10
+	first := tu.Choose(AllReduce, bytes)
+	tr := tu.trials[AllReduce][SizeClass(bytes)]
+	require.NotNil(t, tr)
+	k := len(tr.cands)
+	require.GreaterOrEqual(t, k, 2)
+	require.Equal(t, first, tr.cands[0], "the model's choice runs first")
+	slow := map[int]float64{}
+	for i := range k {
+		slow[i] = 1e-3
+	}
+	slow[k-1] = 2e-4 // the last candidate is fastest
+	for call := range k * Rounds {
+		i := call / Rounds
+		require.Equal(t, tr.cands[i], tu.Choose(AllReduce, bytes), "call %d runs candidate %d", call, i)
+		took := slow[i]
+		switch call {
+		case (k - 1) * Rounds:
+			took = 5 // the switch to the fastest: not counted
+		case (k-1)*Rounds + 1:
+			took = 1 // one very slow run of the fastest: the median ignores it
+		}
+		require.Equal(t, call == k*Rounds-1, tu.Observe(AllReduce, bytes, took))
+	}
+	nanos := tu.Timings(AllReduce, bytes)
+	require.Equal(t, int64(2e5), nanos[k-1])
+	require.Equal(t, tr.cands[k-1], tu.Settle(AllReduce, bytes, nanos))
+	require.Equal(t, tr.cands[k-1], tu.Choose(AllReduce, bytes), "kept")
+	require.False(t, tu.Observe(AllReduce, bytes, 1), "a settled class is not measured")
+
+	// Within Tie of the fastest, the earlier candidate stays.
+	tu = New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
+	tu.SetMeasure(true)
+	tu.Choose(AllReduce, bytes)
+	tr = tu.trials[AllReduce][SizeClass(bytes)]
+	sums := make([]int64, len(tr.cands))
+	for i := range sums {
+		sums[i] = 1000
+	}
+	sums[1] = 980
+	require.Equal(t, tr.cands[0], tu.Settle(AllReduce, bytes, sums))
+
+	// Measuring off: the model's choice at once, no trial.
+	tu = New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
+	tu.Choose(AllReduce, bytes)
+	require.Nil(t, tu.trials[AllReduce][SizeClass(bytes)])
+}

@@ -127,6 +127,10 @@ type Tuner struct {
 	model Model
 	shape Shape
 	cache [NumColls][65]Choice
+	// measure makes a class not chosen yet start a trial (trial.go);
+	// trials holds those under way.
+	measure bool
+	trials  [NumColls][65]*trial
 	// warned records, per collective, that a forced choice fell back.
 	warned [NumColls]bool
 	// Logf, when set, receives the priced table once per (collective,
@@ -150,18 +154,37 @@ func SizeClass(bytes int) int { return bits.Len(uint(bytes)) }
 
 // Choose returns the choice for coll moving bytes. Every rank of a group
 // makes the same choice: it depends only on the spec, the model, the shape
-// and the bytes, which are the same on all ranks.
+// and the bytes, which are the same on all ranks, and, while the class is
+// measured, on how many ops of it ran before (trial.go).
 func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 	class := SizeClass(bytes)
 	if c := t.cache[coll][class]; c.Row != nil {
 		return c
 	}
-	c := t.choose(coll, bytes, class)
+	if tr := t.trials[coll][class]; tr != nil {
+		return tr.cands[tr.calls/Rounds]
+	}
+	c, ps := t.choose(coll, bytes, class)
+	// A class of no bytes (barrier, all-to-all, empty tensors) is not
+	// measured: its ops' times say nothing of the next ones'.
+	if t.measure && class > 0 {
+		if tr := t.startTrial(ps, c); tr != nil {
+			t.trials[coll][class] = tr
+			if t.Logf != nil {
+				names := make([]string, len(tr.cands))
+				for i, cand := range tr.cands {
+					names[i] = cand.String()
+				}
+				t.Logf("%s %s: measuring %s, %d ops in a row each", coll, classRange(class), strings.Join(names, ", "), Rounds)
+			}
+			return tr.cands[0]
+		}
+	}
 	t.cache[coll][class] = c
 	return c
 }
 
-func (t *Tuner) choose(coll Coll, bytes, class int) Choice {
+func (t *Tuner) choose(coll Coll, bytes, class int) (Choice, []Priced) {
 	r := t.spec.Per[coll]
 	ps := t.model.Price(coll, t.shape, float64(bytes), r)
 	c := Best(ps)
@@ -184,7 +207,7 @@ func (t *Tuner) choose(coll Coll, bytes, class int) Choice {
 		panic(fmt.Sprintf("tune: no schedule for %s on %+v", coll, t.shape))
 	}
 	t.log(coll, class, ps, c, why)
-	return c
+	return c, ps
 }
 
 // whyNot says why no candidate of ps runs.
@@ -204,7 +227,7 @@ func whyNot(ps []Priced, r Restriction) string {
 // it: each candidate's best segment and price, and the choice.
 func (t *Tuner) Table(coll Coll, bytes int) string {
 	ps := t.model.Price(coll, t.shape, float64(bytes), t.spec.Per[coll])
-	return t.format(coll, SizeClass(bytes), ps, t.Choose(coll, bytes), "")
+	return t.format(coll, SizeClass(bytes), ps, t.Modeled(coll, bytes), "")
 }
 
 func (t *Tuner) log(coll Coll, class int, ps []Priced, c Choice, why string) {

@@ -1,0 +1,185 @@
+package tune
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Measuring. Where the model's prices are known to mislead (a host with
+// more ranks than cores, where every hand-off waits for a descheduled peer
+// to be woken and get a core), the tuner does not trust its cheapest row
+// alone: for each (collective, size class) it runs the few rows the model
+// ranks best in each place as the first ops of that class, each for Rounds
+// ops in a row, and keeps the one that was fastest. Every rank must keep
+// the same row, so the ranks agree on the times before the class's next
+// op: right after its last trial op, the largest over the ranks of each
+// rank's median time per candidate is taken by one small all-reduce (the
+// communicator's agree step), whose integer figures are the same on every
+// rank, and Settle picks from them. The largest, because the slowest rank
+// is the one the next op waits for: in a stream of ops it sets the pace. From then on the class costs one array lookup, as a
+// modelled one does.
+//
+// The candidates are ordered by price, the model's own choice first; a
+// candidate whose agreed time is within Tie of the fastest loses to an
+// earlier one, so the model's choice stays unless another row is clearly
+// faster.
+
+// Rounds is how many ops in a row a trial runs each candidate. The first
+// is not counted (it pays for the switch from the candidate before: the
+// other schedule's waiters going to sleep, buffers touched the first time)
+// and of the others the median counts, so one slow run (a wake-up that came
+// late) does not decide: what is measured is the candidate back to back,
+// as a stream of ops runs it.
+const Rounds = 4
+
+// trialPerPlace is how many rows of each place (the engine, the links,
+// the hierarchy) a trial runs at most, and trialPriceSpan how far above the
+// cheapest price a row may be priced and still be tried: the model's
+// errors on a crowded host have been measured at up to 12x (docs/tuning.md).
+const (
+	trialPerPlace  = 2
+	trialPriceSpan = 100
+)
+
+// trial is one (collective, size class) being measured.
+type trial struct {
+	cands []Choice
+	// times holds this rank's seconds, candidate i's round r at
+	// i*Rounds+r: the order the ops ran in.
+	times []float64
+	calls int
+	// nanos is each candidate's median in nanoseconds, then the largest
+	// over the ranks, which Settle reads.
+	nanos []int64
+}
+
+// SetMeasure turns measuring on or off for the classes not chosen yet.
+func (t *Tuner) SetMeasure(on bool) { t.measure = on }
+
+// Measuring says whether classes not chosen yet are measured.
+func (t *Tuner) Measuring() bool { return t.measure }
+
+// startTrial returns the trial of a class whose priced candidates are ps
+// and whose modelled choice is model, or nil when there is only one
+// candidate worth running.
+func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
+	cands := []Choice{model}
+	cheapest := -1.0
+	for _, p := range ps {
+		if p.Err == nil && (cheapest < 0 || p.Seconds < cheapest) {
+			cheapest = p.Seconds
+		}
+	}
+	rows := Collapse(ps)
+	slices.SortStableFunc(rows, func(a, b Priced) int {
+		switch {
+		case a.Err != nil || b.Err != nil:
+			return boolInt(a.Err != nil) - boolInt(b.Err != nil)
+		case a.Seconds < b.Seconds:
+			return -1
+		case a.Seconds > b.Seconds:
+			return 1
+		}
+		return 0
+	})
+	var per [Levels + 1]int
+	per[model.Row.Place]++
+	for _, p := range rows {
+		place := p.Choice.Row.Place
+		if p.Err != nil || p.Choice.Name() == model.Name() || per[place] >= trialPerPlace || p.Seconds > cheapest*trialPriceSpan {
+			continue
+		}
+		per[place]++
+		cands = append(cands, p.Choice)
+	}
+	if len(cands) < 2 {
+		return nil
+	}
+	return &trial{cands: cands, times: make([]float64, len(cands)*Rounds), nanos: make([]int64, len(cands))}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Observe records that this rank's op of coll moving bytes, run with the
+// choice Choose returned for it, took seconds. It reports whether that op
+// was the last of its class's trial: the communicator must then, before
+// its next op and on every rank alike, take the largest of Timings over the
+// ranks and pass
+// them to Settle.
+func (t *Tuner) Observe(coll Coll, bytes int, seconds float64) bool {
+	class := SizeClass(bytes)
+	tr := t.trials[coll][class]
+	if tr == nil || tr.calls == len(tr.times) {
+		return false
+	}
+	tr.times[tr.calls] = seconds
+	tr.calls++
+	return tr.calls == len(tr.times)
+}
+
+// Timings returns, for the trial of coll at bytes that Observe reported
+// complete, this rank's median time of each candidate in nanoseconds, in a
+// slice the caller overwrites with the sums over the ranks.
+func (t *Tuner) Timings(coll Coll, bytes int) []int64 {
+	tr := t.trials[coll][SizeClass(bytes)]
+	var runs [Rounds - 1]float64
+	for i := range tr.cands {
+		copy(runs[:], tr.times[i*Rounds+1:(i+1)*Rounds])
+		slices.Sort(runs[:])
+		tr.nanos[i] = int64(runs[len(runs)/2] * 1e9)
+	}
+	return tr.nanos
+}
+
+// Settle ends the trial of coll at bytes with the candidates' times as the
+// ranks agreed them (Timings' slice, after the all-reduce) and returns the
+// choice kept: the earliest candidate within Tie of the fastest.
+func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
+	class := SizeClass(bytes)
+	tr := t.trials[coll][class]
+	best := slices.Min(times)
+	keep := 0
+	for i, s := range times {
+		if float64(s) <= float64(best)*(1+Tie) {
+			keep = i
+			break
+		}
+	}
+	c := tr.cands[keep]
+	t.cache[coll][class] = c
+	t.trials[coll][class] = nil
+	if t.Logf != nil {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's median of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Rounds-1)
+		for i, cand := range tr.cands {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %s", cand, FormatSeconds(float64(times[i])/1e9))
+		}
+		fmt.Fprintf(&b, " -> %s", c)
+		t.Logf("%s", b.String())
+	}
+	return c
+}
+
+// Modeled returns the model's choice for coll moving bytes, never a trial:
+// what the communicator runs its agreement on.
+func (t *Tuner) Modeled(coll Coll, bytes int) Choice {
+	if c := t.cache[coll][SizeClass(bytes)]; c.Row != nil {
+		return c
+	}
+	if c := Best(t.model.Price(coll, t.shape, float64(bytes), t.spec.Per[coll])); c.Row != nil {
+		return c
+	}
+	return Best(t.model.Price(coll, t.shape, float64(bytes), Restriction{}))
+}
+
+// Trying says whether the class of coll at bytes is being measured.
+func (t *Tuner) Trying(coll Coll, bytes int) bool { return t.trials[coll][SizeClass(bytes)] != nil }
