@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/gohccl/gohccl/goimpl/rendezvous"
 	"github.com/gohccl/gohccl/goimpl/transport"
 	"github.com/gohccl/gohccl/goimpl/transport/tcp"
+	"golang.org/x/sys/unix"
 )
 
 // peerInfo is what each rank publishes about itself during bootstrap.
@@ -25,6 +27,11 @@ type peerInfo struct {
 	PID  int    `json:"pid"`
 	// CPUs is how many cores the rank's process may use (0: not said).
 	CPUs int `json:"cpus"`
+	// Cores is the set of cores it may run on, its affinity mask, 64 cores
+	// a word (empty: not known). A host's ranks may each be bound to a core
+	// of their own (mpirun's default), so whether they crowd their host is
+	// the union of their masks against their number, not one rank's count.
+	Cores []uint64 `json:"cores,omitempty"`
 	// Settings are its values of the variables every rank must set
 	// alike (config.SharedVars), compared before anything else is built.
 	Settings map[string]string `json:"settings"`
@@ -96,7 +103,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if ln != nil {
 		defer ln.Close()
 	}
-	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), CPUs: runtime.NumCPU(), Key: id.Key.PublicKey().Bytes(), Settings: opt.Config.Shared()}
+	me := peerInfo{Host: hostIdentity(), PID: os.Getpid(), CPUs: runtime.NumCPU(), Cores: affinity(), Key: id.Key.PublicKey().Bytes(), Settings: opt.Config.Shared()}
 	if ln != nil {
 		me.Addr = ln.Addr()
 	}
@@ -262,19 +269,80 @@ func rankList(ranks []int) string {
 	return "ranks " + strings.Join(s, ", ")
 }
 
-// crowded says whether some host runs more of the group's ranks than the
-// cores its ranks may use (the fewest any of them says): every rank reads
-// the same records, so every rank answers alike.
-func crowded(peers []peerInfo) bool {
-	ranks, cpus := map[string]int{}, map[string]int{}
+// affinity returns the cores this process may run on, 64 a word, without
+// trailing zero words (nil where the kernel does not say).
+func affinity() []uint64 {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil {
+		return nil
+	}
+	words := make([]uint64, len(set))
+	for i, w := range set {
+		words[i] = uint64(w)
+	}
+	for len(words) > 0 && words[len(words)-1] == 0 {
+		words = words[:len(words)-1]
+	}
+	return words
+}
+
+// hostLoad is, for one host, how many of the group's ranks it runs and on
+// how many cores they may run together.
+type hostLoad struct{ ranks, cores int }
+
+// hostLoads returns each host's ranks and cores: the cores are the union of
+// its ranks' affinity masks, or, where one of them did not say its mask,
+// the fewest cores any of them said (0: none said). Every rank reads the
+// same records, so every rank answers alike.
+func hostLoads(peers []peerInfo) map[string]hostLoad {
+	type acc struct {
+		ranks, fewest int
+		union         []uint64
+		partial       bool
+	}
+	hosts := map[string]*acc{}
 	for _, p := range peers {
-		ranks[p.Host]++
-		if c, ok := cpus[p.Host]; p.CPUs > 0 && (!ok || p.CPUs < c) {
-			cpus[p.Host] = p.CPUs
+		a := hosts[p.Host]
+		if a == nil {
+			a = &acc{}
+			hosts[p.Host] = a
+		}
+		a.ranks++
+		if p.CPUs > 0 && (a.fewest == 0 || p.CPUs < a.fewest) {
+			a.fewest = p.CPUs
+		}
+		if len(p.Cores) == 0 {
+			a.partial = true
+		}
+		for i, w := range p.Cores {
+			if i == len(a.union) {
+				a.union = append(a.union, 0)
+			}
+			a.union[i] |= w
 		}
 	}
-	for h, n := range ranks {
-		if c, ok := cpus[h]; ok && n > c {
+	out := make(map[string]hostLoad, len(hosts))
+	for h, a := range hosts {
+		cores := a.fewest
+		if !a.partial {
+			cores = 0
+			for _, w := range a.union {
+				cores += bits.OnesCount64(w)
+			}
+		}
+		out[h] = hostLoad{ranks: a.ranks, cores: cores}
+	}
+	return out
+}
+
+// crowded says whether this load has more ranks than cores to run them on.
+func (l hostLoad) crowded() bool { return l.cores > 0 && l.ranks > l.cores }
+
+// crowded says whether some host runs more of the group's ranks than the
+// cores those ranks may run on.
+func crowded(peers []peerInfo) bool {
+	for _, l := range hostLoads(peers) {
+		if l.crowded() {
 			return true
 		}
 	}

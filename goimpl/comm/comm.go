@@ -95,11 +95,12 @@ type Comm struct {
 	// it (or by GOHCCL_RANKS_PER_NODE); tuner chooses every collective's
 	// schedule from goimpl/tune's table.
 	hosts []string
-	// crowded says a host of the group runs more of its ranks than it
-	// has cores (bootstrap's records): the tuner measures (GOHCCL_TUNE=auto).
+	// crowded says a host of the group runs more of its ranks than the
+	// cores they may run on together (bootstrap's records: the union of
+	// their affinity masks): the tuner measures (GOHCCL_TUNE=auto).
 	crowded bool
-	topo  *topo.Topology
-	tuner *tune.Tuner
+	topo    *topo.Topology
+	tuner   *tune.Tuner
 	// path is the reduce kernels' instruction set (GOHCCL_SIMD), this
 	// communicator's own.
 	path *reduce.Path

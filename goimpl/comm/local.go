@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,12 +103,13 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	}
 	budget := int(opt.Config.BuffSize)
 	// The wait policy is this communicator's, and so is its evidence that
-	// the host's cores are taken (shm.Busy): more ranks than cores on this
-	// host always are; otherwise the waits find out as they run (the
-	// job's compute threads, other jobs).
+	// the host's cores are taken (shm.Busy): more of the group's ranks on
+	// this host than the cores they may run on always are; otherwise the
+	// waits find out as they run (the job's compute threads, other jobs).
 	mopt := mesh.DefaultOptions()
 	if opt.Config.Wait != "spin" {
-		mopt.Wait.Busy = shm.NewBusy(runtime.NumCPU(), n, opt.Config.Wait == "sleep")
+		crowded := hostLoads(peers)[peers[rank].Host].crowded()
+		mopt.Wait.Busy = shm.NewBusy(shm.HostCPUs(), crowded, opt.Config.Wait == "sleep")
 	}
 	meshBytes := mesh.RegionSize(n, meshBudget(budget), mopt)
 	meshSize := (meshBytes + 4095) &^ 4095 // the links' rings start on a page

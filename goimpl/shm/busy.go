@@ -3,6 +3,9 @@ package shm
 import (
 	"math"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,10 +38,13 @@ import (
 // The last two hold for BusyFor after they are seen. A Busy is safe for
 // concurrent use; the zero value, and a nil *Busy, never report busy.
 type Busy struct {
-	// CPUs is how many cores this process may use (runtime.NumCPU).
+	// CPUs is how many cores the host has online (HostCPUs): what the
+	// host's runnable threads are compared with. Not this process's
+	// affinity: a rank bound to one core (mpirun's default) shares a host
+	// whose runnable threads run on all of them.
 	CPUs int
 	// Always says the host is busy whatever it shows (GOHCCL_WAIT=sleep,
-	// or more local ranks than cores).
+	// or more local ranks than the cores they may run on).
 	Always bool
 	// Crowded says the threads that want the cores are mostly the ranks
 	// themselves (more local ranks than cores): a busy wait's polls then
@@ -65,12 +71,44 @@ const Preempted = 250 * time.Microsecond
 // BusyFor is how long a seen preemption makes waits treat the host as busy.
 const BusyFor = 20 * time.Millisecond
 
-// NewBusy returns the evidence of one communicator of ranks local ranks on
-// a host where this process may use cpus cores; always takes the host as
-// busy from the start.
-func NewBusy(cpus, ranks int, always bool) *Busy {
-	crowded := ranks > cpus
+// NewBusy returns the evidence of one communicator on a host with cpus
+// cores online; crowded says its local ranks are more than the cores they
+// may run on together, and always takes the host as busy from the start.
+func NewBusy(cpus int, crowded, always bool) *Busy {
 	return &Busy{CPUs: cpus, Always: always || crowded, Crowded: crowded}
+}
+
+// HostCPUs returns how many cores the host has online
+// (/sys/devices/system/cpu/online), or runtime.NumCPU where that cannot be
+// read.
+func HostCPUs() int {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/online"); err == nil {
+		if n := ParseCPUList(string(b)); n > 0 {
+			return n
+		}
+	}
+	return runtime.NumCPU()
+}
+
+// ParseCPUList counts the cores of a kernel CPU list ("0-3,8,10-11\n":
+// 7); 0 when the text does not have that shape.
+func ParseCPUList(s string) int {
+	n := 0
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return 0
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0
+			}
+		}
+		n += b - a + 1
+	}
+	return n
 }
 
 // Taken reports whether waits should treat the cores as taken now.

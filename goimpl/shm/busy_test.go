@@ -26,6 +26,22 @@ func TestParseRunnable(t *testing.T) {
 	}
 }
 
+func TestParseCPUList(t *testing.T) {
+	for text, want := range map[string]int{
+		"0-1\n":        2,
+		"0":            1,
+		"0-3,8,10-11":  7,
+		"0-63,128-191": 128,
+		"":             0,
+		"3-1":          0,
+		"a-b":          0,
+		"0-":           0,
+	} {
+		require.Equal(t, want, ParseCPUList(text), "%q", text)
+	}
+	require.GreaterOrEqual(t, HostCPUs(), 1)
+}
+
 func TestBusyEvidence(t *testing.T) {
 	var none *Busy
 	require.False(t, none.Taken(since()), "no evidence, never busy")
@@ -44,11 +60,11 @@ func TestBusyEvidence(t *testing.T) {
 	require.True(t, b.Taken(now+BusyFor/2), "a seen preemption holds for BusyFor")
 	require.False(t, b.Taken(now+BusyFor+time.Millisecond), "and then lapses")
 	require.True(t, (&Busy{CPUs: 2, Always: true, Runnable: func() float64 { return 0 }}).Taken(since()))
-	crowded := NewBusy(2, 3, false)
+	crowded := NewBusy(2, true, false)
 	require.True(t, crowded.Always && crowded.Crowded, "more ranks than cores: always busy, and yielding pays")
-	sleep := NewBusy(2, 2, true)
+	sleep := NewBusy(2, false, true)
 	require.True(t, sleep.Always && !sleep.Crowded, "GOHCCL_WAIT=sleep: busy, polls do not yield")
-	require.False(t, NewBusy(2, 2, false).Always)
+	require.False(t, NewBusy(2, false, false).Always)
 }
 
 // A busy host makes a waiter sleep after BusySpin, however long its idle

@@ -1,0 +1,44 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A host is crowded when its ranks outnumber the cores they may run on
+// together: ranks bound to a core each (mpirun's default) are not, though
+// each says it may use one core; ranks sharing one core are.
+func TestHostCrowding(t *testing.T) {
+	bound := func(host string, core uint) peerInfo {
+		return peerInfo{Host: host, CPUs: 1, Cores: []uint64{1 << core}}
+	}
+	free := func(host string, cpus int) peerInfo {
+		return peerInfo{Host: host, CPUs: cpus, Cores: []uint64{1<<uint(cpus) - 1}}
+	}
+	cases := []struct {
+		name    string
+		peers   []peerInfo
+		crowded bool
+	}{
+		{"two ranks each bound to its own core", []peerInfo{bound("a", 0), bound("a", 1)}, false},
+		{"two ranks bound to the same core", []peerInfo{bound("a", 0), bound("a", 0)}, true},
+		{"four ranks on two cores", []peerInfo{free("a", 2), free("a", 2), free("a", 2), free("a", 2)}, true},
+		{"two ranks on two cores", []peerInfo{free("a", 2), free("a", 2)}, false},
+		{"cores past the first 64", []peerInfo{
+			{Host: "a", CPUs: 1, Cores: []uint64{0, 1}}, {Host: "a", CPUs: 1, Cores: []uint64{0, 2}}}, false},
+		{"one crowded host of two", []peerInfo{bound("a", 0), bound("a", 1), bound("b", 0), bound("b", 0)}, true},
+		{"masks not said: the fewest cores said", []peerInfo{{Host: "a", CPUs: 1}, {Host: "a", CPUs: 4}}, true},
+		{"nothing said", []peerInfo{{Host: "a"}, {Host: "a"}}, false},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.crowded, crowded(c.peers), c.name)
+	}
+	loads := hostLoads([]peerInfo{bound("a", 0), bound("a", 3), free("b", 2), free("b", 2), free("b", 2)})
+	require.Equal(t, hostLoad{ranks: 2, cores: 2}, loads["a"])
+	require.Equal(t, hostLoad{ranks: 3, cores: 2}, loads["b"])
+
+	mask := affinity()
+	require.NotEmpty(t, mask, "this process's affinity mask")
+	require.NotZero(t, mask[len(mask)-1], "no trailing zero words")
+}
