@@ -9,9 +9,14 @@ nps="2 4"
 if [[ "${1:-}" == -np ]]; then nps=$2; shift 2; fi
 make -s build
 for np in $nps; do
+	# More ranks than cores: gohccl measures its choices over each size's
+	# first calls (up to 6 candidates x 4 calls x 2 passes, docs/algorithms.md
+	# "Measured choices"); 9 warm-up rounds of 6 calls cover that.
+	warm=2
+	((np > $(nproc))) && warm=9
 	for c in all_reduce all_gather reduce_scatter broadcast; do
 		echo "## $c, $np ranks"
 		.venv/bin/python -m gohccl.bench --nproc "$np" -c "$c" -b 4K -e 64M -f 4 \
-			-n 10 -w 2 --block 5 --check --no-progress "$@"
+			-n 10 -w "$warm" --block 5 --check --no-progress "$@"
 	done
 done

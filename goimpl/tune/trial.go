@@ -11,10 +11,10 @@ import (
 // to be woken and get a core), the tuner does not trust its cheapest row
 // alone: for each (collective, size class) it runs the few rows the model
 // ranks best in each place as the first ops of that class, each for Rounds
-// ops in a row, and keeps the one that was fastest. Every rank must keep
+// ops in a row in each of Passes passes, and keeps the one that was fastest. Every rank must keep
 // the same row, so the ranks agree on the times before the class's next
 // op: right after its last trial op, the largest over the ranks of each
-// rank's median time per candidate is taken by one small all-reduce (the
+// rank's time per candidate is taken by one small all-reduce (the
 // communicator's agree step), whose integer figures are the same on every
 // rank, and Settle picks from them. The largest, because the slowest rank
 // is the one the next op waits for: in a stream of ops it sets the pace. From then on the class costs one array lookup, as a
@@ -25,13 +25,24 @@ import (
 // earlier one, so the model's choice stays unless another row is clearly
 // faster.
 
-// Rounds is how many ops in a row a trial runs each candidate. The first
-// is not counted (it pays for the switch from the candidate before: the
-// other schedule's waiters going to sleep, buffers touched the first time)
-// and of the others the median counts, so one slow run (a wake-up that came
-// late) does not decide: what is measured is the candidate back to back,
-// as a stream of ops runs it.
+// Rounds is how many ops in a row a trial runs each candidate, each pass.
+// The first is not counted (it pays for the switch from the candidate
+// before: the other schedule's waiters going to sleep, buffers touched the
+// first time) and of the others the median counts, so one slow run (a
+// wake-up that came late) does not decide: what is measured is the
+// candidate back to back, as a stream of ops runs it.
 const Rounds = 4
+
+// Passes is how many times a trial runs through its candidates, the second
+// time in reverse order, and a candidate's time is the smallest of its
+// passes' medians. A communicator's first ops are slow whatever they run
+// (at 4 ranks on 2 cores the first 15 or so took 2-3x their later time:
+// the processes' threads and pages being set up, the wait policy's
+// evidence gathered), and a single pass charged all of that to the
+// candidate that ran first, the model's own choice: the engine's one-shot
+// broadcast of 64 KiB was measured at 424 us, and left for a row that ran
+// 7x slower than it in a stream.
+const Passes = 2
 
 // trialPerPlace is how many rows of each place (the engine, the links,
 // the hierarchy) a trial runs at most, and trialPriceSpan how far above the
@@ -45,8 +56,11 @@ const (
 // trial is one (collective, size class) being measured.
 type trial struct {
 	cands []Choice
-	// times holds this rank's seconds, candidate i's round r at
-	// i*Rounds+r: the order the ops ran in.
+	// order is the candidate each run of Rounds ops runs: every candidate
+	// once, then again in reverse.
+	order []int
+	// times holds this rank's seconds, round r of run j at j*Rounds+r:
+	// the order the ops ran in.
 	times []float64
 	calls int
 	// nanos is each candidate's median in nanoseconds, then the largest
@@ -96,8 +110,20 @@ func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 	if len(cands) < 2 {
 		return nil
 	}
-	return &trial{cands: cands, times: make([]float64, len(cands)*Rounds), nanos: make([]int64, len(cands))}
+	order := make([]int, 0, Passes*len(cands))
+	for p := range Passes {
+		for i := range cands {
+			if p%2 == 1 {
+				i = len(cands) - 1 - i
+			}
+			order = append(order, i)
+		}
+	}
+	return &trial{cands: cands, order: order, times: make([]float64, len(order)*Rounds), nanos: make([]int64, len(cands))}
 }
+
+// next is the candidate the trial's next op runs.
+func (tr *trial) next() Choice { return tr.cands[tr.order[tr.calls/Rounds]] }
 
 func boolInt(b bool) int {
 	if b {
@@ -124,15 +150,21 @@ func (t *Tuner) Observe(coll Coll, bytes int, seconds float64) bool {
 }
 
 // Timings returns, for the trial of coll at bytes that Observe reported
-// complete, this rank's median time of each candidate in nanoseconds, in a
-// slice the caller overwrites with the sums over the ranks.
+// complete, this rank's time of each candidate in nanoseconds (the
+// smallest of its passes' medians), in a slice the caller overwrites with
+// the largest over the ranks.
 func (t *Tuner) Timings(coll Coll, bytes int) []int64 {
 	tr := t.trials[coll][SizeClass(bytes)]
+	for i := range tr.nanos {
+		tr.nanos[i] = -1
+	}
 	var runs [Rounds - 1]float64
-	for i := range tr.cands {
-		copy(runs[:], tr.times[i*Rounds+1:(i+1)*Rounds])
+	for j, i := range tr.order {
+		copy(runs[:], tr.times[j*Rounds+1:(j+1)*Rounds])
 		slices.Sort(runs[:])
-		tr.nanos[i] = int64(runs[len(runs)/2] * 1e9)
+		if ns := int64(runs[len(runs)/2] * 1e9); tr.nanos[i] < 0 || ns < tr.nanos[i] {
+			tr.nanos[i] = ns
+		}
 	}
 	return tr.nanos
 }
@@ -156,7 +188,7 @@ func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
 	t.trials[coll][class] = nil
 	if t.Logf != nil {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's median of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Rounds-1)
+		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's best of %d passes' medians of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Passes, Rounds-1)
 		for i, cand := range tr.cands {
 			if i > 0 {
 				b.WriteString(", ")

@@ -162,7 +162,7 @@ func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 		return c
 	}
 	if tr := t.trials[coll][class]; tr != nil {
-		return tr.cands[tr.calls/Rounds]
+		return tr.next()
 	}
 	c, ps := t.choose(coll, bytes, class)
 	// A class of no bytes (barrier, all-to-all, empty tensors) is not
@@ -175,7 +175,7 @@ func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 				for i, cand := range tr.cands {
 					names[i] = cand.String()
 				}
-				t.Logf("%s %s: measuring %s, %d ops in a row each", coll, classRange(class), strings.Join(names, ", "), Rounds)
+				t.Logf("%s %s: measuring %s, %d ops in a row each, %d passes", coll, classRange(class), strings.Join(names, ", "), Rounds, Passes)
 			}
 			return tr.cands[0]
 		}
