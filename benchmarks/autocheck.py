@@ -47,15 +47,19 @@ def rows_for(coll: str, nproc: int) -> list[str]:
 
 
 def run_job(args, label: str) -> dict:
-    """One gohccl.bench job of one label: {(collective, size): us}."""
+    """One gohccl.bench job of one label: {(collective, size): us}. A label
+    auto/T runs the automatic choice with GOHCCL_TUNE=T."""
+    env = dict(os.environ)
+    if label.startswith("auto/"):
+        label, env["GOHCCL_TUNE"] = "auto", label.split("/", 1)[1]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
         cmd = [sys.executable, "-m", "gohccl.bench", "--nproc", str(args.nproc),
                "-c", ",".join(args.collectives), "-b", args.minbytes, "-e", args.maxbytes,
                "-f", "16", "-n", str(args.iters), "-w", str(args.warmup), "--block", "5",
                "--backends", "gohccl", "--algo", label, "--json", out, "--no-progress"]
-        done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, timeout=args.timeout)
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, timeout=args.timeout)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         with open(out) as f:
@@ -75,6 +79,12 @@ def main(argv=None):
                    help="untimed rounds of 6 calls: enough for a measuring trial, up to 6 "
                         "candidates x 4 calls x 2 passes (default 9)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
+    p.add_argument("--rows", default=None,
+                   help="comma list of the forced rows to run (default every row of the "
+                        "collectives)")
+    p.add_argument("--tunes", default="",
+                   help="comma list of GOHCCL_TUNE values to run auto with besides the "
+                        "environment's, each as label auto/VALUE, e.g. model,measure")
     p.add_argument("--json", metavar="FILE", help="write every job's times and the table")
     args = p.parse_args(argv)
     args.collectives = args.collectives.split(",")
@@ -82,7 +92,14 @@ def main(argv=None):
     if bad:
         p.error(f"--collectives: {', '.join(bad)} not one of {', '.join(ROWS)}")
 
-    labels = ["auto"] + sorted({r for c in args.collectives for r in rows_for(c, args.nproc)})
+    rows = sorted({r for c in args.collectives for r in rows_for(c, args.nproc)})
+    if args.rows:
+        unknown = set(args.rows.split(",")) - set(rows)
+        if unknown:
+            p.error(f"--rows: {', '.join(sorted(unknown))} not a row of these collectives")
+        rows = args.rows.split(",")
+    tunes = [f"auto/{t}" for t in args.tunes.split(",") if t]
+    labels = ["auto"] + tunes + rows
     times: dict[str, list[dict]] = {lb: [] for lb in labels}
     load = []
     for rep in range(args.reps):
@@ -99,20 +116,23 @@ def main(argv=None):
     table = []
     print(f"\n{args.nproc} ranks, one job per label, median of {args.reps} rounds, "
           f"load {min(load):.1f}-{max(load):.1f}\n")
-    print("| collective | size | auto us (min-max) | best forced row us | auto / best |")
-    print("|---|---|---|---|---|")
+    print("| collective | size | auto us (min-max) | best forced row us | auto / best |"
+          + "".join(f" {t} us | {t} / best |" for t in tunes))
+    print("|---|---|---|---|---|" + "---|---|" * len(tunes))
     for key in sorted(times["auto"][0], key=lambda k: (args.collectives.index(k[0]), k[1])):
         coll, size = key
         auto = median("auto", key)
         span = [t[key] for t in times["auto"] if key in t]
-        forced = [(median(r, key), r) for r in rows_for(coll, args.nproc)]
+        forced = [(median(r, key), r) for r in rows_for(coll, args.nproc) if r in rows]
         forced = [(t, r) for t, r in forced if t is not None]
         best, row = min(forced)
         ratio = auto / best
+        others = {t: median(t, key) for t in tunes}
         table.append(dict(collective=coll, size=size, auto_us=auto, best_us=best, best_row=row,
-                          ratio=ratio, forced={r: t for t, r in forced}))
+                          ratio=ratio, forced={r: t for t, r in forced}, tunes=others))
         print(f"| {coll} | {size // 1024} KiB | {auto:.0f} ({min(span):.0f}-{max(span):.0f}) | "
-              f"{best:.0f} {row} | {ratio:.2f} |")
+              f"{best:.0f} {row} | {ratio:.2f} |"
+              + "".join(f" {others[t]:.0f} | {others[t] / best:.2f} |" for t in tunes))
     worst = max(table, key=lambda r: r["ratio"])
     print(f"\nworst: {worst['collective']} {worst['size'] // 1024} KiB at {worst['ratio']:.2f}; "
           f"within 10% in {sum(r['ratio'] <= 1.1 for r in table)} of {len(table)}")

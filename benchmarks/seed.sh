@@ -62,7 +62,7 @@ uptime >"$out/uptime.before"
 	.venv/bin/python -m torch.distributed.run --nnodes "$hosts" --node-rank '{host}' \
 	--nproc-per-node "$ranks" --master-addr '{master}' --master-port 29500 \
 	-m gohccl.bench -c all_reduce -b "$first" -e "$last" -f "$factor" \
-	-n 5 -w 1 --block 2 --check --no-progress --algo "$algos" --json "$out/bench.json" "$@" \
+	-n 5 -w 17 --block 2 --check --no-progress --algo "$algos" --json "$out/bench.json" "$@" \
 	2>&1 | tee "$out/bench.log" | grep -v ' INFO ' || true
 uptime >"$out/uptime.after"
 echo "# load after: $(cat "$out/uptime.after")" | tee -a "$out/seed.md"

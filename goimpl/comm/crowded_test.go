@@ -41,4 +41,7 @@ func TestHostCrowding(t *testing.T) {
 	mask := affinity()
 	require.NotEmpty(t, mask, "this process's affinity mask")
 	require.NotZero(t, mask[len(mask)-1], "no trailing zero words")
+
+	require.False(t, severalHosts([]string{"a", "a", "a"}))
+	require.True(t, severalHosts([]string{"a", "a", "b"}))
 }
