@@ -286,14 +286,25 @@ func affinity() []uint64 {
 	return words
 }
 
-// hostLoad is, for one host, how many of the group's ranks it runs and on
-// how many cores they may run together.
+// hostLoad is, for one machine, how many of the group's ranks it runs and
+// on how many cores they may run together.
 type hostLoad struct{ ranks, cores int }
 
-// hostLoads returns each host's ranks and cores: the cores are the union of
-// its ranks' affinity masks, or, where one of them did not say its mask,
-// the fewest cores any of them said (0: none said). Every rank reads the
-// same records, so every rank answers alike.
+// machine names the kernel a host identity runs on: its boot id. Hosts
+// that share one (containers of one machine, or the emulated hosts of
+// tests/netns.py, each with its own hostname) share its cores, so that is
+// where ranks crowd; without a boot id, the host identity.
+func machine(host string) string {
+	if _, boot, ok := strings.Cut(host, "/"); ok && boot != "" {
+		return boot
+	}
+	return host
+}
+
+// hostLoads returns each machine's ranks and cores (keyed by machine): the
+// cores are the union of its ranks' affinity masks, or, where one of them
+// did not say its mask, the fewest cores any of them said (0: none said).
+// Every rank reads the same records, so every rank answers alike.
 func hostLoads(peers []peerInfo) map[string]hostLoad {
 	type acc struct {
 		ranks, fewest int
@@ -302,10 +313,10 @@ func hostLoads(peers []peerInfo) map[string]hostLoad {
 	}
 	hosts := map[string]*acc{}
 	for _, p := range peers {
-		a := hosts[p.Host]
+		a := hosts[machine(p.Host)]
 		if a == nil {
 			a = &acc{}
-			hosts[p.Host] = a
+			hosts[machine(p.Host)] = a
 		}
 		a.ranks++
 		if p.CPUs > 0 && (a.fewest == 0 || p.CPUs < a.fewest) {
@@ -338,8 +349,8 @@ func hostLoads(peers []peerInfo) map[string]hostLoad {
 // crowded says whether this load has more ranks than cores to run them on.
 func (l hostLoad) crowded() bool { return l.cores > 0 && l.ranks > l.cores }
 
-// crowded says whether some host runs more of the group's ranks than the
-// cores those ranks may run on.
+// crowded says whether some machine runs more of the group's ranks than
+// the cores those ranks may run on.
 func crowded(peers []peerInfo) bool {
 	for _, l := range hostLoads(peers) {
 		if l.crowded() {

@@ -289,7 +289,7 @@ func (c *Comm) tuningMode() string {
 // host GOHCCL_TUNE=auto keeps the model's choice even when ranks outnumber
 // cores: measured one job per row (benchmarks/autocheck.py, 4 ranks on 2
 // cores, 10 rounds), the model's choice was within 10% of the best row, or
-// faster, in 13 of 16 cells, where measuring was 1.2-2.2x slower in 11:
+// faster, in 14 of 16 cells, where measuring was 1.2-2.2x slower in 12:
 // the few ops a trial can afford move 2x with the scheduler, more than
 // the rows differ (docs/algorithms.md, "Measured choices").
 func severalHosts(hosts []string) bool {

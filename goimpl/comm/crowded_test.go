@@ -42,6 +42,13 @@ func TestHostCrowding(t *testing.T) {
 	require.NotEmpty(t, mask, "this process's affinity mask")
 	require.NotZero(t, mask[len(mask)-1], "no trailing zero words")
 
+	// Hosts of one kernel (containers, emulated hosts) share its cores.
+	shared := []peerInfo{free("h0/boot", 2), free("h0/boot", 2), free("h1/boot", 2), free("h1/boot", 2)}
+	require.True(t, crowded(shared), "4 ranks of 2 hostnames on one 2-core kernel")
+	require.Equal(t, hostLoad{ranks: 4, cores: 2}, hostLoads(shared)["boot"])
+	require.False(t, crowded([]peerInfo{free("h0/boot0", 2), free("h0/boot0", 2), free("h1/boot1", 2), free("h1/boot1", 2)}))
+	require.Equal(t, "h0/", machine("h0/"), "no boot id: the host identity")
+
 	require.False(t, severalHosts([]string{"a", "a", "a"}))
 	require.True(t, severalHosts([]string{"a", "a", "b"}))
 }

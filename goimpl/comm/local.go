@@ -108,7 +108,7 @@ func setupLocal(store rendezvous.Store, prefix string, commID []byte, rank int, 
 	// waits find out as they run (the job's compute threads, other jobs).
 	mopt := mesh.DefaultOptions()
 	if opt.Config.Wait != "spin" {
-		crowded := hostLoads(peers)[peers[rank].Host].crowded()
+		crowded := hostLoads(peers)[machine(peers[rank].Host)].crowded()
 		mopt.Wait.Busy = shm.NewBusy(shm.HostCPUs(), crowded, opt.Config.Wait == "sleep")
 	}
 	meshBytes := mesh.RegionSize(n, meshBudget(budget), mopt)
