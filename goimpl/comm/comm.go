@@ -95,10 +95,10 @@ type Comm struct {
 	// it (or by GOHCCL_RANKS_PER_NODE); tuner chooses every collective's
 	// schedule from goimpl/tune's table.
 	hosts []string
-	// crowded says a host of the group runs more of its ranks than the
-	// cores they may run on together (bootstrap's records: the union of
-	// their affinity masks): across several hosts the tuner then measures
-	// (GOHCCL_TUNE=auto).
+	// crowded says a machine of the group (hosts sharing a kernel) runs
+	// more of its ranks than the cores they may run on together
+	// (bootstrap's records: the union of their affinity masks): across
+	// several hosts the tuner then measures (GOHCCL_TUNE=auto).
 	crowded bool
 	topo    *topo.Topology
 	tuner   *tune.Tuner

@@ -11,14 +11,15 @@ import (
 // to be woken and get a core), the tuner does not trust its cheapest row
 // alone: for each (collective, size class) it runs the few rows the model
 // ranks best in each place as the first ops of that class, each for Rounds
-// ops in a row in each of Passes passes, and keeps the one that was fastest. Every rank must keep
-// the same row, so the ranks agree on the times before the class's next
-// op: right after its last trial op, the largest over the ranks of each
-// rank's time per candidate is taken by one small all-reduce (the
-// communicator's agree step), whose integer figures are the same on every
-// rank, and Settle picks from them. The largest, because the slowest rank
-// is the one the next op waits for: in a stream of ops it sets the pace. From then on the class costs one array lookup, as a
-// modelled one does.
+// ops in a row in each of Passes passes, and keeps the one that was
+// fastest. Every rank must keep the same row, so the ranks agree on the
+// times before the class's next op: right after its last trial op, the
+// largest over the ranks of each rank's time per candidate is taken by one
+// small all-reduce (the communicator's agree step), whose integer figures
+// are the same on every rank, and Settle picks from them. The largest,
+// because the slowest rank is the one the next op waits for: in a stream
+// of ops it sets the pace. From then on the class costs one array lookup,
+// as a modelled one does.
 //
 // The candidates are ordered by price, the model's own choice first; a
 // candidate whose agreed time is within Tie of the fastest loses to an
@@ -63,7 +64,7 @@ type trial struct {
 	// the order the ops ran in.
 	times []float64
 	calls int
-	// nanos is each candidate's median in nanoseconds, then the largest
+	// nanos is each candidate's best pass in nanoseconds, then the largest
 	// over the ranks, which Settle reads.
 	nanos []int64
 }

@@ -177,7 +177,7 @@ func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 				}
 				t.Logf("%s %s: measuring %s, %d ops in a row each, %d passes", coll, classRange(class), strings.Join(names, ", "), Rounds, Passes)
 			}
-			return tr.cands[0]
+			return tr.next()
 		}
 	}
 	t.cache[coll][class] = c
