@@ -205,6 +205,7 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 		loc.engine.SetStop(c.engineStop)
 	}
 	c.crowded = crowded(peers)
+	c.share = share(peers)
 	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
@@ -348,6 +349,20 @@ func hostLoads(peers []peerInfo) map[string]hostLoad {
 
 // crowded says whether this load has more ranks than cores to run them on.
 func (l hostLoad) crowded() bool { return l.cores > 0 && l.ranks > l.cores }
+
+// share is how many of the group's ranks each core runs on its most
+// crowded machine (1 where every rank has a core). It is the group's, not
+// one machine's, so that every rank prices alike and chooses alike; the
+// most crowded machine sets the pace of an engine's level0 anyway.
+func share(peers []peerInfo) float64 {
+	most := 1.0
+	for _, l := range hostLoads(peers) {
+		if l.crowded() {
+			most = max(most, float64(l.ranks)/float64(l.cores))
+		}
+	}
+	return most
+}
 
 // crowded says whether some machine runs more of the group's ranks than
 // the cores those ranks may run on.

@@ -100,8 +100,12 @@ type Comm struct {
 	// (bootstrap's records: the union of their affinity masks): across
 	// several hosts the tuner then measures (GOHCCL_TUNE=auto).
 	crowded bool
-	topo    *topo.Topology
-	tuner   *tune.Tuner
+	// share is how many of the group's ranks each core of the most
+	// crowded machine runs (1 unless crowded): the engine's prices scale
+	// with it.
+	share float64
+	topo  *topo.Topology
+	tuner *tune.Tuner
 	// path is the reduce kernels' instruction set (GOHCCL_SIMD), this
 	// communicator's own.
 	path *reduce.Path
@@ -241,12 +245,15 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 	s := tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(), Consecutive: c.topo.Consecutive()}
 	switch l := c.local; {
 	case l != nil && l.whole:
-		s.Mesh = tune.MeshShape{Whole: true, Ranks: len(l.ranks), SingleCopy: l.singleCopy, Chunk: l.chunk}
+		s.Mesh = tune.MeshShape{Whole: true, Ranks: len(l.ranks), SingleCopy: l.singleCopy, Chunk: l.chunk, Share: c.share}
 		m.Host = l.figures
 	case l != nil && facts.level0 && s.PerNode == len(l.ranks) && slices.Equal(l.ranks, c.x.Hier.Local):
-		s.Mesh = tune.MeshShape{Level0: true, Ranks: len(l.ranks), Chunk: facts.chunk}
+		s.Mesh = tune.MeshShape{Level0: true, Ranks: len(l.ranks), Chunk: facts.chunk, Share: c.share}
 		m.Host = facts.figures
 	}
+	// Frames between ranks on one machine are copies too: where ranks
+	// share cores, they take turns at them as at the engine's.
+	m.Intra.Bandwidth /= max(c.share, 1)
 	if m.Host.Valid() {
 		// A frame between ranks of a host that share memory goes through
 		// the same wake-up of the peer as a post to the engine: the links'
@@ -258,7 +265,7 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 		c.op.Node = tune.NodeLegs(l.engine, &c.call)
 	}
 	c.tuner = tune.New(spec, m, s)
-	c.tuner.SetMeasure(c.cfg.Tune == "measure" || (c.cfg.Tune == "auto" || c.cfg.Tune == "") && c.crowded && severalHosts(hosts))
+	c.tuner.SetMeasure(c.cfg.Tune == "measure" || (c.cfg.Tune == "auto" || c.cfg.Tune == "") && autoMeasures(c.crowded, severalHosts(hosts), c.local != nil))
 	c.tuner.Warnf = c.log.Warnf
 	if c.cfg.Debug >= config.Info {
 		c.tuner.Logf = c.log.Infof
@@ -281,17 +288,36 @@ func (c *Comm) tuningMode() string {
 		return "priced by the model"
 	case c.cfg.Tune == "measure":
 		return "measured (GOHCCL_TUNE=measure)"
+	case c.crowded:
+		return "measured (several hosts, one running more ranks than it has cores)"
 	}
-	return "measured (several hosts, one running more ranks than it has cores)"
+	return "measured (one host, a core per rank)"
 }
 
-// severalHosts says whether the ranks run on more than one host. On one
-// host GOHCCL_TUNE=auto keeps the model's choice even when ranks outnumber
-// cores: measured one job per row (benchmarks/autocheck.py, 4 ranks on 2
-// cores, 10 rounds), the model's choice was within 10% of the best row, or
-// faster, in 14 of 16 cells, where measuring was 1.2-2.2x slower in 12:
-// the few ops a trial can afford move 2x with the scheduler, more than
-// the rows differ (docs/algorithms.md, "Measured choices").
+// autoMeasures says where GOHCCL_TUNE=auto measures, from what each case
+// showed (docs/algorithms.md, "Measured choices"):
+//   - one host, a core per rank, with the shared-memory engine: measure
+//     (without it, the model: what follows is about the engine's rows).
+//     The engine's rows are priced
+//     from a few figures of the host, and at 2 ranks on a Xeon VM they
+//     ranked the one-shot, two-phase and single-copy schedules wrongly by
+//     1.2-1.6x at 64 KiB-16 MiB; trials there are steady (a few percent)
+//     and kept rows within 10% of the best.
+//   - one host, more ranks than cores: the model. Ops move 2x with the
+//     scheduler, more than the rows differ, and trials kept worse rows
+//     about as often as better ones.
+//   - several hosts, one of them crowded: measure; the links' prices do
+//     not see descheduled ranks and missed by 2.3x (the seed's comparison).
+//   - several hosts, a core per rank: the model, whose link figures the
+//     probe measured at init.
+func autoMeasures(crowded, severalHosts, engine bool) bool {
+	if severalHosts {
+		return crowded
+	}
+	return engine && !crowded
+}
+
+// severalHosts says whether the ranks run on more than one host.
 func severalHosts(hosts []string) bool {
 	for _, h := range hosts {
 		if h != hosts[0] {

@@ -51,4 +51,27 @@ func TestHostCrowding(t *testing.T) {
 
 	require.False(t, severalHosts([]string{"a", "a", "a"}))
 	require.True(t, severalHosts([]string{"a", "a", "b"}))
+
+	// The group's share is its most crowded machine's ranks per core.
+	require.Equal(t, 1.0, share([]peerInfo{free("a", 2), free("a", 2)}))
+	require.Equal(t, 2.0, share([]peerInfo{free("a", 2), free("a", 2), free("a", 2), free("a", 2)}))
+	require.Equal(t, 1.5, share([]peerInfo{bound("a", 0), bound("a", 1), free("b", 2), free("b", 2), free("b", 2)}))
+	require.Equal(t, 4.0, share(append(shared, shared...)), "8 ranks of emulated hosts on 2 cores")
+}
+
+// TestAutoMeasures pins where GOHCCL_TUNE=auto measures: one host with a
+// core per rank and the engine, or several hosts with a crowded one.
+func TestAutoMeasures(t *testing.T) {
+	for _, c := range []struct {
+		crowded, several, engine, want bool
+	}{
+		{false, false, true, true},
+		{false, false, false, false},
+		{true, false, true, false},
+		{true, true, true, true},
+		{true, true, false, true},
+		{false, true, true, false},
+	} {
+		require.Equal(t, c.want, autoMeasures(c.crowded, c.several, c.engine), "crowded %v, several hosts %v, engine %v", c.crowded, c.several, c.engine)
+	}
 }

@@ -25,6 +25,17 @@ type Info struct {
 	// prints it.
 	Algo  string
 	Table []string
+	// Trials are the (collective, size class) the tuner is measuring now
+	// (GOHCCL_TUNE): their next ops run the candidates in turn, so a
+	// benchmark warms up until its size is not among them.
+	Trials []Trial
+}
+
+// Trial is one size class being measured: Coll's ops of Low up to High
+// bytes, of which the next Left are the trial's.
+type Trial struct {
+	Coll            string
+	Low, High, Left int
 }
 
 // InfoSizes are the message sizes Info prices the table at.
@@ -50,6 +61,12 @@ func (c *Comm) Info() Info {
 	for _, coll := range []tune.Coll{tune.AllReduce, tune.Broadcast, tune.Reduce, tune.AllGather, tune.ReduceScatter} {
 		for _, n := range InfoSizes {
 			in.Table = append(in.Table, c.tuner.Table(coll, n))
+		}
+		for class := 1; class < 63; class++ {
+			low := 1 << (class - 1)
+			if left := c.tuner.TrialLeft(coll, low); left > 0 {
+				in.Trials = append(in.Trials, Trial{Coll: coll.String(), Low: low, High: 2 * low, Left: left})
+			}
 		}
 	}
 	return in

@@ -39,7 +39,7 @@ func TestMeasuredChoice(t *testing.T) {
 	const count = 3001 // 24 KiB of int64: streams through several segments
 	bytes := count * 8
 	seen := map[tune.Coll]map[string]bool{tune.AllReduce: {}, tune.Broadcast: {}}
-	for op := range 3 * tune.Rounds * 6 {
+	for op := range 3 * tune.RoundsFor(bytes) * 6 {
 		for _, coll := range []tune.Coll{tune.AllReduce, tune.Broadcast} {
 			seen[coll][comms[0].tuner.Choose(coll, bytes).Name()] = true
 			in := make([][]int64, n)

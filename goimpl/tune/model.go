@@ -76,6 +76,11 @@ type MeshShape struct {
 	// Chunk is the bytes of a message one chunk of the engine carries
 	// (mesh.ChunkBytes).
 	Chunk int
+	// Share is how many of the group's ranks each core of the engine's
+	// machine runs: its ranks over the cores they may run on together,
+	// 1 (or 0: unknown) when each has a core. Ranks that share a core take
+	// turns at their copies and reductions.
+	Share float64
 }
 
 // flat returns the link a flat algorithm over the whole group is bound by:

@@ -31,8 +31,24 @@ import (
 // before: the other schedule's waiters going to sleep, buffers touched the
 // first time) and of the others the median counts, so one slow run (a
 // wake-up that came late) does not decide: what is measured is the
-// candidate back to back, as a stream of ops runs it.
-const Rounds = 4
+// candidate back to back, as a stream of ops runs it. Classes below
+// SmallTrial run SmallRounds: an op of a few microseconds is moved by one
+// late wake-up, and at 2 ranks medians of 3 kept a link row 3.6x slower
+// than the engine's for 64 KiB broadcasts in half the jobs; 16 such ops
+// cost less than one op of a megabyte.
+const (
+	Rounds      = 4
+	SmallRounds = 16
+	SmallTrial  = 1 << 20
+)
+
+// RoundsFor is the ops in a row a trial of bytes runs each candidate.
+func RoundsFor(bytes int) int {
+	if bytes < SmallTrial {
+		return SmallRounds
+	}
+	return Rounds
+}
 
 // Passes is how many times a trial runs through its candidates, the second
 // time in reverse order, and a candidate's time is the smallest of its
@@ -45,8 +61,10 @@ const Rounds = 4
 // 7x slower than it in a stream.
 const Passes = 2
 
-// trialPerPlace is how many rows of each place (the engine, the links,
-// the hierarchy) a trial runs at most, and trialPriceSpan how far above the
+// trialPerPlace is how many rows of the links and of the hierarchy a trial
+// runs at most (the engine's rows, three at most, are all tried: their
+// prices come from a few figures of the host and have ranked them wrongly
+// by up to 1.5x, docs/algorithms.md), and trialPriceSpan how far above the
 // cheapest price a row may be priced and still be tried: the model's
 // errors on a crowded host have been measured at up to 12x (docs/tuning.md).
 const (
@@ -57,10 +75,12 @@ const (
 // trial is one (collective, size class) being measured.
 type trial struct {
 	cands []Choice
-	// order is the candidate each run of Rounds ops runs: every candidate
+	// rounds is the ops of each run (RoundsFor the class's bytes).
+	rounds int
+	// order is the candidate each run of rounds ops runs: every candidate
 	// once, then again in reverse.
 	order []int
-	// times holds this rank's seconds, round r of run j at j*Rounds+r:
+	// times holds this rank's seconds, round r of run j at j*rounds+r:
 	// the order the ops ran in.
 	times []float64
 	calls int
@@ -78,7 +98,7 @@ func (t *Tuner) Measuring() bool { return t.measure }
 // startTrial returns the trial of a class whose priced candidates are ps
 // and whose modelled choice is model, or nil when there is only one
 // candidate worth running.
-func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
+func (t *Tuner) startTrial(ps []Priced, model Choice, bytes int) *trial {
 	cands := []Choice{model}
 	cheapest := -1.0
 	for _, p := range ps {
@@ -102,7 +122,7 @@ func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 	per[model.Row.Place]++
 	for _, p := range rows {
 		place := p.Choice.Row.Place
-		if p.Err != nil || p.Choice.Name() == model.Name() || per[place] >= trialPerPlace || p.Seconds > cheapest*trialPriceSpan {
+		if p.Err != nil || p.Choice.Name() == model.Name() || place != Node && per[place] >= trialPerPlace || p.Seconds > cheapest*trialPriceSpan {
 			continue
 		}
 		per[place]++
@@ -120,11 +140,12 @@ func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 			order = append(order, i)
 		}
 	}
-	return &trial{cands: cands, order: order, times: make([]float64, len(order)*Rounds), nanos: make([]int64, len(cands))}
+	rounds := RoundsFor(bytes)
+	return &trial{cands: cands, rounds: rounds, order: order, times: make([]float64, len(order)*rounds), nanos: make([]int64, len(cands))}
 }
 
 // next is the candidate the trial's next op runs.
-func (tr *trial) next() Choice { return tr.cands[tr.order[tr.calls/Rounds]] }
+func (tr *trial) next() Choice { return tr.cands[tr.order[tr.calls/tr.rounds]] }
 
 func boolInt(b bool) int {
 	if b {
@@ -159,10 +180,10 @@ func (t *Tuner) Timings(coll Coll, bytes int) []int64 {
 	for i := range tr.nanos {
 		tr.nanos[i] = -1
 	}
-	var runs [Rounds - 1]float64
+	runs := make([]float64, tr.rounds-1)
 	for j, i := range tr.order {
-		copy(runs[:], tr.times[j*Rounds+1:(j+1)*Rounds])
-		slices.Sort(runs[:])
+		copy(runs, tr.times[j*tr.rounds+1:(j+1)*tr.rounds])
+		slices.Sort(runs)
 		if ns := int64(runs[len(runs)/2] * 1e9); tr.nanos[i] < 0 || ns < tr.nanos[i] {
 			tr.nanos[i] = ns
 		}
@@ -189,7 +210,7 @@ func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
 	t.trials[coll][class] = nil
 	if t.Logf != nil {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's best of %d passes' medians of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Passes, Rounds-1)
+		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's best of %d passes' medians of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Passes, tr.rounds-1)
 		for i, cand := range tr.cands {
 			if i > 0 {
 				b.WriteString(", ")
@@ -212,6 +233,15 @@ func (t *Tuner) Modeled(coll Coll, bytes int) Choice {
 		return c
 	}
 	return Best(t.model.Price(coll, t.shape, float64(bytes), Restriction{}))
+}
+
+// TrialLeft is how many more ops of coll at bytes the trial of its class
+// runs (0: none under way).
+func (t *Tuner) TrialLeft(coll Coll, bytes int) int {
+	if tr := t.trials[coll][SizeClass(bytes)]; tr != nil {
+		return len(tr.times) - tr.calls
+	}
+	return 0
 }
 
 // Trying says whether the class of coll at bytes is being measured.

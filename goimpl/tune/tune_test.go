@@ -351,6 +351,30 @@ func TestMeshRows(t *testing.T) {
 	assert.Equal(t, "mesh.oneshot", auto.Choose(AllReduce, 64<<10).Name(), "64 KiB: one wait")
 	spec, _ = ParseAlgo("allreduce=mesh.twophase")
 	assert.Equal(t, "mesh.twophase", New(spec, m, two).Choose(AllReduce, 64<<10).Name())
+	// Ranks that share cores take turns at the copies: the one-shot's
+	// (n-1)S of reads cost the more, the waits no more.
+	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
+	crowded := four
+	crowded.Mesh.Share = 2
+	for _, b := range []float64{4 << 10, 16 << 20} {
+		for _, v := range []string{"mesh.oneshot", "mesh.twophase"} {
+			var alone, shared float64
+			for _, p := range m.Price(AllReduce, four, b, Restriction{}) {
+				if p.Choice.Name() == v {
+					alone = p.Seconds
+				}
+			}
+			for _, p := range m.Price(AllReduce, crowded, b, Restriction{}) {
+				if p.Choice.Name() == v {
+					shared = p.Seconds
+				}
+			}
+			assert.Greater(t, shared, alone, "%s at %v bytes", v, b)
+			assert.Less(t, shared, 2*alone, "%s at %v bytes: the waits are not doubled", v, b)
+		}
+	}
+	spec, _ = ParseAlgo("mesh")
+	assert.Equal(t, "mesh.twophase", New(spec, m, crowded).Choose(AllReduce, 16<<20).Name(), "16 MiB, 4 ranks on 2 cores")
 	three := two
 	three.N, three.PerNode, three.Mesh.Ranks = 3, 3, 3
 	for _, p := range m.Price(AllReduce, three, 16<<20, Restriction{}) {
@@ -382,7 +406,7 @@ func TestInfoTable(t *testing.T) {
 }
 
 // TestTrialKeepsTheFastest feeds a trial synthetic times: each candidate
-// runs Rounds ops in a row, the first is not counted and of the others the
+// runs RoundsFor(bytes) ops in a row, the first is not counted and of the others the
 // median counts (one slow run does not), and Settle keeps the fastest
 // agreed time, or the earlier candidate when two are within Tie.
 func TestTrialKeepsTheFastest(t *testing.T) {
@@ -408,16 +432,18 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 	for i := range k {
 		order = append(order, k-1-i)
 	}
-	calls := len(order) * Rounds
+	R := tr.rounds
+	require.Equal(t, SmallRounds, R, "64 KiB is a small class")
+	calls := len(order) * R
 	for call := range calls {
-		j := call / Rounds
+		j := call / R
 		i := order[j]
 		require.Equal(t, tr.cands[i], tu.Choose(AllReduce, bytes), "call %d runs candidate %d", call, i)
 		took := slow[i]
 		switch call {
-		case (k - 1) * Rounds:
+		case (k - 1) * R:
 			took = 5 // the switch to the fastest: not counted
-		case (k-1)*Rounds + 1:
+		case (k-1)*R + 1:
 			took = 1 // one very slow run of the fastest: the median ignores it
 		}
 		require.Equal(t, call == calls-1, tu.Observe(AllReduce, bytes, took))
@@ -436,13 +462,13 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 	tu.SetMeasure(true)
 	tu.Choose(AllReduce, bytes)
 	tr = tu.trials[AllReduce][SizeClass(bytes)]
-	for call := range len(tr.order) * Rounds {
-		i := tr.order[call/Rounds]
+	for call := range len(tr.order) * tr.rounds {
+		i := tr.order[call/tr.rounds]
 		require.Equal(t, tr.cands[i], tu.Choose(AllReduce, bytes))
 		took := 2e-4
 		if i == 0 {
 			took = 1e-4
-			if call < Rounds {
+			if call < tr.rounds {
 				took = 5e-3
 			}
 		}

@@ -168,14 +168,14 @@ func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 	// A class of no bytes (barrier, all-to-all, empty tensors) is not
 	// measured: its ops' times say nothing of the next ones'.
 	if t.measure && class > 0 {
-		if tr := t.startTrial(ps, c); tr != nil {
+		if tr := t.startTrial(ps, c, bytes); tr != nil {
 			t.trials[coll][class] = tr
 			if t.Logf != nil {
 				names := make([]string, len(tr.cands))
 				for i, cand := range tr.cands {
 					names[i] = cand.String()
 				}
-				t.Logf("%s %s: measuring %s, %d ops in a row each, %d passes", coll, classRange(class), strings.Join(names, ", "), Rounds, Passes)
+				t.Logf("%s %s: measuring %s, %d ops in a row each, %d passes", coll, classRange(class), strings.Join(names, ", "), tr.rounds, Passes)
 			}
 			return tr.next()
 		}
