@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,12 +47,42 @@ def rows_for(coll: str, nproc: int) -> list[str]:
     return [r for r in ROWS[coll] if nproc == 2 or r != "mesh.singlecopy"]
 
 
-def run_job(args, label: str) -> dict:
-    """One gohccl.bench job of one label: {(collective, size): us}. A label
-    auto/T runs the automatic choice with GOHCCL_TUNE=T."""
+# A choice line of GOHCCL_DEBUG=INFO (goimpl/tune: the priced table, or a
+# trial's measured one, then "-> row"), rank 0's.
+CHOICE = re.compile(r"^\[gohccl 0/\d+\] INFO (\w+) \[(\d+)(B|KiB|MiB|GiB), .* -> (\S+)$")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+TUNER_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather",
+               "reducescatter": "reduce_scatter", "broadcast": "broadcast"}
+
+
+def choices(log: str) -> dict:
+    """The rows an automatic job ran: {(collective, size class's low
+    bound): row}, the last line of a class winning (a trial's measured
+    line follows the priced one). A row's segment ("ring/1MiB") is
+    dropped, as forced labels name none."""
+    out = {}
+    for line in log.splitlines():
+        m = CHOICE.match(line.strip())
+        if m and m.group(1) in TUNER_NAMES:
+            low = int(m.group(2)) * UNITS[m.group(3)]
+            out[(TUNER_NAMES[m.group(1)], low)] = m.group(4).split("/")[0]
+    return out
+
+
+def chosen(picks: dict, coll: str, size: int):
+    """The row picks holds for coll at size: its class is [2^(k-1), 2^k)."""
+    return picks.get((coll, 1 << (size.bit_length() - 1))) if size else None
+
+
+def run_job(args, label: str) -> tuple[dict, dict]:
+    """One gohccl.bench job of one label: {(collective, size): us}, and for
+    the automatic labels the rows chosen (see choices). A label auto/T runs
+    the automatic choice with GOHCCL_TUNE=T."""
     env = dict(os.environ)
     if label.startswith("auto/"):
         label, env["GOHCCL_TUNE"] = "auto", label.split("/", 1)[1]
+    if label == "auto":
+        env["GOHCCL_DEBUG"] = "INFO"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
         cmd = [sys.executable, "-m", "gohccl.bench", "--nproc", str(args.nproc),
@@ -64,7 +95,8 @@ def run_job(args, label: str) -> dict:
             raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         with open(out) as f:
             doc = json.load(f)
-    return {(r["collective"], r["size"]): r["time_us"] for r in doc["results"] if r["time_us"]}
+    times = {(r["collective"], r["size"]): r["time_us"] for r in doc["results"] if r["time_us"]}
+    return times, choices(done.stderr) if label == "auto" else {}
 
 
 def main(argv=None):
@@ -101,11 +133,14 @@ def main(argv=None):
     tunes = [f"auto/{t}" for t in args.tunes.split(",") if t]
     labels = ["auto"] + tunes + rows
     times: dict[str, list[dict]] = {lb: [] for lb in labels}
+    picks: dict[str, list[dict]] = {lb: [] for lb in labels}
     load = []
     for rep in range(args.reps):
         order = labels[rep % len(labels):] + labels[:rep % len(labels)]
         for lb in order:
-            times[lb].append(run_job(args, lb))
+            t, c = run_job(args, lb)
+            times[lb].append(t)
+            picks[lb].append(c)
             load.append(os.getloadavg()[0])
             print(f"# round {rep + 1}/{args.reps}: {lb} done (load {load[-1]:.1f})", file=sys.stderr, flush=True)
 
@@ -113,32 +148,56 @@ def main(argv=None):
         xs = [t[key] for t in times[lb] if key in t]
         return statistics.median(xs) if xs else None
 
+    def ran(lb, key):
+        """The row lb's jobs ran most often at key, and in how many rounds."""
+        rs = [chosen(c, *key) for c in picks[lb]]
+        rs = [r for r in rs if r]
+        if not rs:
+            return None, 0
+        r = max(set(rs), key=rs.count)
+        return r, rs.count(r)
+
     table = []
     print(f"\n{args.nproc} ranks, one job per label, median of {args.reps} rounds, "
           f"load {min(load):.1f}-{max(load):.1f}\n")
-    print("| collective | size | auto us (min-max) | best forced row us | auto / best |"
-          + "".join(f" {t} us | {t} / best |" for t in tunes))
-    print("|---|---|---|---|---|" + "---|---|" * len(tunes))
+    print("auto / best: the automatic jobs' median over the best forced row's. ran / best: the\n"
+          "forced jobs of the row the automatic ones ran (GOHCCL_DEBUG=INFO), over the best: the\n"
+          "same comparison without the spread between two sets of jobs that run the same code.\n")
+    labels_t = ["auto"] + tunes
+    print("| collective | size | best forced row us |"
+          + "".join(f" {t} us (min-max) | ran | {t} / best | ran / best |" for t in labels_t))
+    print("|---|---|---|" + "---|---|---|---|" * len(labels_t))
     for key in sorted(times["auto"][0], key=lambda k: (args.collectives.index(k[0]), k[1])):
         coll, size = key
-        auto = median("auto", key)
-        span = [t[key] for t in times["auto"] if key in t]
         forced = [(median(r, key), r) for r in rows_for(coll, args.nproc) if r in rows]
         forced = [(t, r) for t, r in forced if t is not None]
         best, row = min(forced)
-        ratio = auto / best
-        others = {t: median(t, key) for t in tunes}
-        table.append(dict(collective=coll, size=size, auto_us=auto, best_us=best, best_row=row,
-                          ratio=ratio, forced={r: t for t, r in forced}, tunes=others))
-        print(f"| {coll} | {size // 1024} KiB | {auto:.0f} ({min(span):.0f}-{max(span):.0f}) | "
-              f"{best:.0f} {row} | {ratio:.2f} |"
-              + "".join(f" {others[t]:.0f} | {others[t] / best:.2f} |" for t in tunes))
-    worst = max(table, key=lambda r: r["ratio"])
-    print(f"\nworst: {worst['collective']} {worst['size'] // 1024} KiB at {worst['ratio']:.2f}; "
-          f"within 10% in {sum(r['ratio'] <= 1.1 for r in table)} of {len(table)}")
+        byrow = {r: t for t, r in forced}
+        line = f"| {coll} | {size // 1024} KiB | {best:.0f} {row} |"
+        res = dict(collective=coll, size=size, best_us=best, best_row=row, forced=byrow)
+        for lb in labels_t:
+            t = median(lb, key)
+            span = [x[key] for x in times[lb] if key in x]
+            r, k = ran(lb, key)
+            rr = byrow[r] / best if r in byrow else None
+            res[lb] = dict(us=t, ratio=t / best, ran=r, ran_rounds=k, ran_ratio=rr)
+            line += (f" {t:.0f} ({min(span):.0f}-{max(span):.0f}) | {r or '?'}"
+                     f"{'' if k == args.reps else f' ({k}/{args.reps})'} | {t / best:.2f} | "
+                     f"{'n/a' if rr is None else f'{rr:.2f}'} |")
+        res["ratio"] = res["auto"]["ratio"]
+        table.append(res)
+        print(line)
+    for lb in labels_t:
+        worst = max(table, key=lambda r: r[lb]["ratio"])
+        rrs = [r[lb]["ran_ratio"] for r in table if r[lb]["ran_ratio"] is not None]
+        print(f"\n{lb}: worst {worst['collective']} {worst['size'] // 1024} KiB at {worst[lb]['ratio']:.2f}; "
+              f"within 10% in {sum(r[lb]['ratio'] <= 1.1 for r in table)} of {len(table)}; "
+              f"the row it ran within 10% in {sum(x <= 1.1 for x in rrs)} of {len(rrs)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(nproc=args.nproc, reps=args.reps, load=load, table=table,
+                           picks={lb: [{f"{k[0]}/{k[1]}": v for k, v in c.items()} for c in cs]
+                                  for lb, cs in picks.items()},
                            jobs={lb: [{f"{k[0]}/{k[1]}": v for k, v in t.items()} for t in ts]
                                  for lb, ts in times.items()}), f, indent=1)
     return 0

@@ -46,6 +46,12 @@ class Label:
     def run(self, collective: str, buf: Buffers, op: str | None, root: int):
         raise NotImplementedError
 
+    def settling(self, collective: str, size_bytes: int) -> int:
+        """settling is how many of the label's next calls at this size are
+        still its tuner's trial (gohccl measuring its choices), not the
+        steady state a timed call should see."""
+        return 0
+
 
 class TorchLabel(Label):
     """TorchLabel runs torch.distributed collectives on its own process group."""
@@ -68,6 +74,16 @@ class TorchLabel(Label):
         if self.backend == "gloo" and dtype == "int16":
             return "gloo has no int16 kernels"
         return None
+
+    def settling(self, collective, size_bytes):
+        if self.backend != "gohccl":
+            return 0
+        import torch
+        from .. import _lib
+        handle = self.group._get_backend(torch.device("cpu")).comm
+        name = collective.replace("_", "")
+        return sum(t["Left"] for t in _lib.comm_info(handle).get("Trials") or []
+                   if t["Coll"] == name and t["Low"] <= size_bytes < t["High"])
 
     def run(self, collective, buf, op, root):
         d, g = self._dist, self.group
@@ -211,7 +227,7 @@ def _fill_for_timing(buf: Buffers, op: str | None):
 
 def run_case(world: World, labels: list[Label], active: list[bool], collective: str,
              buf: Buffers, op: str | None, root: int, iters: int, warmup: int, block: int,
-             progress: Progress) -> list[list[float]]:
+             progress: Progress, size_bytes: int = 0) -> list[list[float]]:
     """run_case takes warmup+iters rounds; each round runs every active label
     in order (A B A B ...), block calls back to back each, and records the
     timed rounds' samples in seconds per call, per label.
@@ -221,10 +237,19 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
     between the ranks (Gloo's returns hundreds of microseconds apart on this
     2-core machine), which is not this label's cost. The timed calls then
     start from this label's own exit skew, as in a loop of its calls, and
-    a block of several averages the calls, as in nccl-tests' timed loops."""
+    a block of several averages the calls, as in nccl-tests' timed loops.
+
+    First, a label whose tuner is still measuring its choices at
+    size_bytes (Label.settling) runs untimed calls until it is done, each
+    label alone: the trial's calls run every candidate row, slower ones
+    too, and are not what the label's steady state costs; and another
+    label's calls between them would disturb what the trial measures, as
+    no other job's would in a user's stream. Every rank's trial ends
+    after the same call, so the ranks run the same calls."""
     samples: list[list[float]] = [[] for _ in labels]
     clock = time.perf_counter
     total = warmup + iters
+    settle(labels, active, collective, buf, op, root, size_bytes)
     for i in range(total):
         for k, label in enumerate(labels):
             if not active[k]:
@@ -238,6 +263,31 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
                 samples[k].append((t1 - t0) / block)
         progress.draw(frac=(i + 1) / total)
     return samples
+
+
+# SETTLE_CALLS bounds the calls settle adds for one label: a trial runs at
+# most 7 candidates x 2 passes x 16 calls (goimpl/tune/trial.go).
+SETTLE_CALLS = 400
+
+
+def settle(labels: list[Label], active: list[bool], collective: str, buf: Buffers,
+           op: str | None, root: int, size_bytes: int):
+    """settle runs each active label until its trial at size_bytes ended:
+    one call, then the calls the trial has left back to back (asking
+    between them would put the asking into the times the trial measures)."""
+    for k, label in enumerate(labels):
+        if not active[k]:
+            continue
+        # A class's trial starts at its first call.
+        label.run(collective, buf, op, root)
+        calls = 1
+        while calls < SETTLE_CALLS:
+            left = min(label.settling(collective, size_bytes), SETTLE_CALLS - calls)
+            if left <= 0:
+                break
+            for _ in range(left):
+                label.run(collective, buf, op, root)
+            calls += left
 
 
 # FIRST_WARMUP_BYTES sizes the warmup of a run's first row: at least as
@@ -283,7 +333,7 @@ def measure_row(world: World, labels: list[Label], opts: Options, collective: st
     _fill_for_timing(buf, op)
     warmup = warmup_rounds(opts, lay.size_bytes, first)
     samples = run_case(world, labels, active, collective, buf, op, max(root, 0),
-                       opts.iters, warmup, opts.block, progress)
+                       opts.iters, warmup, opts.block, progress, lay.size_bytes)
     for label in labels:
         if isinstance(label, MPILabel):
             label.forget()
