@@ -9,9 +9,9 @@ nps="2 4"
 if [[ "${1:-}" == -np ]]; then nps=$2; shift 2; fi
 make -s build
 for np in $nps; do
-	# More ranks than cores: gohccl measures its choices over each size's
-	# first calls (up to 6 candidates x 4 calls x 2 passes, docs/algorithms.md
-	# "Measured choices"); 9 warm-up rounds of 6 calls cover that.
+	# gohccl.bench runs a communicator's trial (GOHCCL_TUNE, docs/algorithms.md
+	# "Measured choices") untimed before the warm-up; more ranks than cores
+	# take longer to settle into a stream, so they warm up longer.
 	warm=2
 	((np > $(nproc))) && warm=9
 	for c in all_reduce all_gather reduce_scatter broadcast; do
