@@ -204,8 +204,8 @@ func bootstrap(store rendezvous.Store, opt Options, log *Logger, deadline time.T
 	if loc != nil {
 		loc.engine.SetStop(c.engineStop)
 	}
-	c.crowded = crowded(peers)
 	c.share = share(peers)
+	c.crowded = c.share > 1
 	if err := c.initTuning(hosts, facts, inter); err != nil {
 		mesh.Close(err)
 		if loc != nil {
@@ -365,15 +365,8 @@ func share(peers []peerInfo) float64 {
 }
 
 // crowded says whether some machine runs more of the group's ranks than
-// the cores those ranks may run on.
-func crowded(peers []peerInfo) bool {
-	for _, l := range hostLoads(peers) {
-		if l.crowded() {
-			return true
-		}
-	}
-	return false
-}
+// the cores those ranks may run on: whether their share is above 1.
+func crowded(peers []peerInfo) bool { return share(peers) > 1 }
 
 // capProcs caps GOMAXPROCS by the number of ranks on this host.
 func capProcs(peers []peerInfo, host string, log *Logger) {

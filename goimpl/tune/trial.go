@@ -64,7 +64,7 @@ const Passes = 2
 // trialPerPlace is how many rows of the links and of the hierarchy a trial
 // runs at most (the engine's rows, three at most, are all tried: their
 // prices come from a few figures of the host and have ranked them wrongly
-// by up to 1.5x, docs/algorithms.md), and trialPriceSpan how far above the
+// by up to 1.6x, docs/algorithms.md), and trialPriceSpan how far above the
 // cheapest price a row may be priced and still be tried: the model's
 // errors on a crowded host have been measured at up to 12x (docs/tuning.md).
 const (
