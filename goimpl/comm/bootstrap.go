@@ -364,10 +364,6 @@ func share(peers []peerInfo) float64 {
 	return most
 }
 
-// crowded says whether some machine runs more of the group's ranks than
-// the cores those ranks may run on: whether their share is above 1.
-func crowded(peers []peerInfo) bool { return share(peers) > 1 }
-
 // capProcs caps GOMAXPROCS by the number of ranks on this host.
 func capProcs(peers []peerInfo, host string, log *Logger) {
 	local := 0

@@ -356,19 +356,18 @@ func TestMeshRows(t *testing.T) {
 	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
 	crowded := four
 	crowded.Mesh.Share = 2
+	price := func(s Shape, b float64, name string) float64 {
+		for _, p := range m.Price(AllReduce, s, b, Restriction{}) {
+			if p.Choice.Name() == name {
+				return p.Seconds
+			}
+		}
+		t.Fatalf("no row %s at %v bytes", name, b)
+		return 0
+	}
 	for _, b := range []float64{4 << 10, 16 << 20} {
 		for _, v := range []string{"mesh.oneshot", "mesh.twophase"} {
-			var alone, shared float64
-			for _, p := range m.Price(AllReduce, four, b, Restriction{}) {
-				if p.Choice.Name() == v {
-					alone = p.Seconds
-				}
-			}
-			for _, p := range m.Price(AllReduce, crowded, b, Restriction{}) {
-				if p.Choice.Name() == v {
-					shared = p.Seconds
-				}
-			}
+			alone, shared := price(four, b, v), price(crowded, b, v)
 			assert.Greater(t, shared, alone, "%s at %v bytes", v, b)
 			assert.Less(t, shared, 2*alone, "%s at %v bytes: the waits are not doubled", v, b)
 		}
