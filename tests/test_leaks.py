@@ -114,6 +114,9 @@ def _cycle(ctx, i, during=None):
         pg = dist.distributed_c10d._get_default_group()
         during["describe"] = pg._get_backend(torch.device("cpu")).describe()
         during.update(_measure())
+        # No rank destroys before every rank has measured: a peer's close
+        # ends this rank's connections to it (CI once saw 0 sockets).
+        dist.barrier()
     dist.destroy_process_group()
     return ok
 

@@ -549,14 +549,22 @@ const settleBudget = 50 * time.Millisecond
 // the matcher, and fails the op if one of them (or anything else) showed a
 // mismatch. A rank that sent a rooted op's frames here and then ran the
 // next op on the engine has thus been compared before that op returns.
+// A peer's abort from a later op does not fail this one: that peer
+// finished this op, so this rank's result is whole (the communicator is
+// broken all the same, and the next op says so).
 func (c *Comm) settle() error {
 	for _, l := range c.local.settlers {
 		l.Settle(settleBudget)
 	}
-	if err := c.mesh.Matcher().Err(); errors.Is(err, transport.ErrMismatch) {
-		return err
+	err := c.mesh.Matcher().Err()
+	if !errors.Is(err, transport.ErrMismatch) {
+		return nil
 	}
-	return nil
+	var pa *transport.PeerAbortError
+	if errors.As(err, &pa) && pa.Seq > c.seq {
+		return nil
+	}
+	return err
 }
 
 // linkAbort returns the abort frame of the peer that pa names, when pa is

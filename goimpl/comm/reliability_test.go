@@ -205,6 +205,45 @@ func TestPeerAbortCarriesTheCause(t *testing.T) {
 	}
 }
 
+// TestLaterAbortLeavesAFinishedOpWhole: on shared memory a collective ends
+// by settling the frames its peers published before it (settle); a peer's
+// abort from its next op may reach the matcher then, when the peer has
+// finished this op. That op's result is whole and it succeeds; an abort
+// from this op, or one that names no op, fails it. (tests/test_trace.py's
+// skipped collective met this on a loaded machine: rank 2 aborted its #2
+// while rank 1 was settling #1.)
+func TestLaterAbortLeavesAFinishedOpWhole(t *testing.T) {
+	cause := fmt.Errorf("%w: rank 2 (this process) expected collective #2", transport.ErrMismatch)
+	for _, tc := range []struct {
+		name  string
+		ahead uint64 // the abort's sequence number past this rank's op
+		fails bool
+	}{{"later op", 1, false}, {"same op", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := group(t, "shm", 3)
+			noErrors(t, runAll(comms, func(c *Comm) error {
+				return c.AllReduce(make([]byte, 32), 8, reduce.Float32, reduce.Sum, 0)
+			}))
+			c := comms[1]
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			require.NotNil(t, c.local, "the shm group has no shared memory")
+			h, text := transport.AbortFrame(c.seq+tc.ahead, cause)
+			c.mesh.Matcher().Stash(2, &h, text)
+			require.ErrorIs(t, c.mesh.Matcher().Err(), transport.ErrMismatch)
+			err := c.settle()
+			if !tc.fails {
+				assert.NoError(t, err)
+				return
+			}
+			var pa *transport.PeerAbortError
+			require.ErrorAs(t, err, &pa)
+			assert.Equal(t, c.seq, pa.Seq)
+			assert.Equal(t, 2, pa.Rank)
+		})
+	}
+}
+
 // TestTimeoutNamesSilentPeers: rank 2 never issues collective #2. The rank
 // waiting for it times out naming the op, its sequence number and the peer
 // not heard from (and when it last was); the rest learn it from the abort.

@@ -38,6 +38,10 @@ type PeerAbortError struct {
 	// Class is the sentinel its error wrapped (ErrMismatch, ErrTimeout, ...),
 	// or nil if none this rank knows.
 	Class error
+	// Seq is the sequence number of the collective the peer failed in, 0
+	// if it was in none or this rank cannot tell (the shared-memory
+	// engine's record of a failure does not keep it).
+	Seq uint64
 }
 
 func (e *PeerAbortError) Error() string { return fmt.Sprintf("rank %d aborted: %s", e.Rank, e.Cause) }

@@ -349,7 +349,7 @@ func (m *Matcher) Stash(peer int, h *Header, buf []byte) {
 	if h.Kind == KindAbort {
 		cause := strings.ToValidUTF8(string(buf), "?")
 		m.pool.put(buf)
-		m.close(&PeerAbortError{Rank: peer, Cause: cause, Class: abortClassOf(h.Tag)})
+		m.close(&PeerAbortError{Rank: peer, Cause: cause, Class: abortClassOf(h.Tag), Seq: h.Seq})
 		return
 	}
 	if h.Kind == KindAnnounce {
