@@ -16,12 +16,17 @@ import (
 // now: whether a rank that spins (or polls with sched_yield) while it waits
 // would hold a core that another runnable thread needs: the awaited peer,
 // another rank, or the job's own compute (backward's threads, a data
-// loader). Spinning pays only while the awaited peer runs on a core of its
-// own; when the cores are taken it costs the very thread that would answer,
-// and a poller that yields gets the core back only after the compute thread
-// has had its scheduler slice (milliseconds), where a sleeper woken on the
-// futex is placed at once. So a busy host makes waits spin only briefly
-// (Policy.BusySpin) and then sleep.
+// loader). A poller that yields gets the core back only after the thread
+// it yielded to has had its scheduler slice (milliseconds), where a sleeper
+// woken on the futex is placed at once; so a busy host makes waits sleep
+// after their spin instead of polling on with sched_yield, and the spin is
+// the full one only while most recent waits were answered within it
+// (Answered, Quick): there the awaited peer has a core too and a spin saves
+// a futex round trip, where a peer that answers later (descheduled by the
+// compute) would only have the spin hold a core the compute needs. A
+// crowded host, where the threads that want the cores are the ranks
+// themselves, always makes the spin short (Policy.BusySpin) and its polls
+// yield.
 //
 // The evidence, all measured while the job runs:
 //   - the host's runnable threads, from /proc/loadavg (read at most once a
@@ -56,7 +61,34 @@ type Busy struct {
 	Runnable func() float64
 
 	until atomic.Int64 // since epoch: preemption evidence holds until then
+	slow  atomic.Int64 // share of recent busy waits answered after Spin, of slowOne
 }
+
+// slowOne is the fixed-point 1 of Busy.slow; each answered wait moves the
+// share by 1/slowWeight of the way to 0 or 1.
+const (
+	slowOne    = 1 << 16
+	slowWeight = 8
+)
+
+// Answered records that a wait made while the host was busy was answered
+// after d, where the policy's full spin is spin.
+func (b *Busy) Answered(d, spin time.Duration) {
+	if b == nil {
+		return
+	}
+	target := int64(0)
+	if d > spin {
+		target = slowOne
+	}
+	s := b.slow.Load()
+	// Concurrent waits may each fold one in; a share either way.
+	b.slow.Store(s + (target-s)/slowWeight)
+}
+
+// Quick reports whether most of the recent waits made while the host was
+// busy were answered within the policy's full spin (true before any).
+func (b *Busy) Quick() bool { return b == nil || b.slow.Load() <= slowOne/2 }
 
 // Preempted is the gap between two polls, or the length of one
 // sched_yield, that counts as "this thread lost its core to a thread that

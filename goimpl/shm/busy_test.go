@@ -67,30 +67,82 @@ func TestBusyEvidence(t *testing.T) {
 	require.False(t, NewBusy(2, false, false).Always)
 }
 
-// A busy host makes a waiter sleep after BusySpin, however long its idle
-// spin and yield phases are; an idle one keeps polling through them.
-func TestBusyWaiterSleepsAtOnce(t *testing.T) {
-	mem := make([]byte, 2*CounterSize)
+// A busy host makes a waiter sleep after its spin, however long the idle
+// yield phase; a crowded one after BusySpin, however long Spin; an idle one
+// keeps polling through both.
+func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
+	const spin = 100 * time.Millisecond
+	mem := make([]byte, 3*CounterSize)
 	runnable := 8.0
-	p := Policy{Spin: time.Hour, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond,
-		Busy: &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}}
+	busy := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
+	p := Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: busy}
+	done := make(chan error, 1)
+	wait := func(c *Counter, p *Policy) {
+		go func() { done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, p) }()
+	}
+	// pollsFor reports whether c's waiter is still awake after d; a
+	// waiter that lost its core meanwhile (the preemption evidence) may
+	// sleep early, and then nothing is asserted.
+	pollsFor := func(c *Counter, d time.Duration) {
+		time.Sleep(d)
+		if sleepers := c.Sleepers(); busy.until.Load() == 0 {
+			require.Zero(t, sleepers, "the waiter should still poll after %v", d)
+		}
+	}
 
 	c := CounterAt(mem, 0)
-	done := make(chan error, 1)
-	go func() { done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, &p) }()
-	untilAsleep(c) // with the idle policy it would poll for an hour first
+	wait(c, &p)
+	pollsFor(c, spin/5) // a busy host's waiter spins as an idle one's does
+	untilAsleep(c)      // and then sleeps, where an idle one would yield-poll for an hour
 	c.Store(1)
 	require.NoError(t, <-done)
 
-	// The same policy on an idle host spins: nobody sleeps while it waits.
-	runnable = 1
+	crowded := Policy{Spin: time.Hour, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond,
+		Busy: &Busy{CPUs: 2, Always: true, Crowded: true}}
 	c = CounterAt(mem, CounterSize)
-	go func() { done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, &p) }()
-	time.Sleep(20 * time.Millisecond)
-	sleepers := c.Sleepers()
+	wait(c, &crowded)
+	untilAsleep(c) // Spin alone would poll for an hour
 	c.Store(1)
 	require.NoError(t, <-done)
-	if p.Busy.until.Load() == 0 { // unless the test itself lost its core meanwhile
-		require.Zero(t, sleepers, "an idle host's waiter polls")
+
+	runnable = 1
+	c = CounterAt(mem, 2*CounterSize)
+	wait(c, &p)
+	pollsFor(c, spin+spin/2) // an idle host's waiter yield-polls past its spin
+	c.Store(1)
+	require.NoError(t, <-done)
+}
+
+// A busy host's waits spin the full Spin while their peers answer within
+// it, and only BusySpin once most answer later; a crowded one always
+// spins BusySpin.
+func TestBusyLearnsHowSoonPeersAnswer(t *testing.T) {
+	const spin = 5 * time.Millisecond
+	p := Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: &Busy{CPUs: 2, Always: true}}
+	c := CounterAt(make([]byte, CounterSize), 0)
+	v := uint64(0)
+	answerAfter := func(d time.Duration) {
+		v++
+		go func(v uint64) { time.Sleep(d); c.Store(v) }(v)
+		require.NoError(t, c.WaitAtLeast(v, time.Now().Add(time.Minute), nil, &p))
 	}
+	plan := func(p *Policy) time.Duration {
+		s, yieldFor, _, _ := p.spinPlan(since())
+		require.Zero(t, yieldFor, "a busy host's waits do not yield-poll")
+		return s
+	}
+
+	require.Equal(t, spin, plan(&p), "before any wait: the full spin")
+	for range 12 {
+		answerAfter(4 * spin)
+	}
+	require.Equal(t, p.BusySpin, plan(&p), "peers that answer after the spin: the short one")
+	for range 24 {
+		answerAfter(spin / 5) // past BusySpin: these waits sleep, and learn from the writer's stamp
+	}
+	require.Equal(t, spin, plan(&p), "peers that answer within the spin again: the full one")
+
+	crowded := p
+	crowded.Busy = &Busy{CPUs: 2, Always: true, Crowded: true}
+	require.Equal(t, p.BusySpin, plan(&crowded))
 }

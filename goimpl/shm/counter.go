@@ -19,7 +19,12 @@ const CounterSize = 64
 type Counter struct {
 	v       atomic.Uint64
 	waiters atomic.Uint32
-	_       [CounterSize - 12]byte
+	_       uint32
+	// woke is when (Unix nanoseconds, a clock every process reads alike)
+	// a writer last woke sleepers: a sleeper learns from it how soon its
+	// peer answered, without the futex wake-up's own delay.
+	woke atomic.Int64
+	_    [CounterSize - 24]byte
 }
 
 // CounterAt returns the counter at b[off:], which must be 8-byte aligned and
@@ -43,6 +48,7 @@ func (c *Counter) Store(v uint64) {
 	// re-reads v, and this store precedes the load of waiters, so one of
 	// the two sides always sees the other.
 	if c.waiters.Load() != 0 {
+		c.woke.Store(time.Now().UnixNano())
 		futexWakeAll(c.word())
 	}
 }
@@ -83,11 +89,15 @@ type Policy struct {
 	// its peer at once. Waits longer than this (a peer still computing)
 	// sleep.
 	YieldFor time.Duration
-	// BusySpin replaces Spin, and no yielding polls follow it, while Busy
-	// says the cores are taken: about what a futex sleep and wake-up
-	// costs, so a wait that ends just after it loses at most that much
-	// (spin-then-block's classic bound), and one that does not gives its
-	// core to the threads that need it.
+	// BusySpin replaces Spin while the host is busy and most of the
+	// communicator's recent busy waits were answered only after Spin
+	// (Busy.Quick is false): a peer that late has lost its core to the
+	// compute, and spinning for it only holds a core the compute needs.
+	// While they are answered within Spin, the full spin saves a futex
+	// round trip on each wait (20-60 us where the sleeper's core has gone
+	// idle, as on a VM). While the host is crowded (more local ranks than
+	// cores) BusySpin always replaces Spin, and its polls yield: the core
+	// goes to another rank, most likely the awaited one.
 	BusySpin time.Duration
 	// Busy is the communicator's evidence that the host's cores are taken
 	// (nil: never).
@@ -99,23 +109,30 @@ type Policy struct {
 // wait), so two communicators of one process may wait differently.
 var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Millisecond, BusySpin: 10 * time.Microsecond}
 
-// spinPlan is what one wait will do before it sleeps.
-func (p *Policy) spinPlan(now time.Duration) (spin, yieldFor time.Duration, yield bool) {
+// spinPlan is what one wait will do before it sleeps, and whether it
+// should tell Busy how soon it was answered.
+func (p *Policy) spinPlan(now time.Duration) (spin, yieldFor time.Duration, yield, learn bool) {
 	if p.Busy.Taken(now) {
 		// Yielding polls hand the core to whoever is runnable: with more
 		// ranks than cores that is mostly the awaited peer, so they pay;
 		// with compute threads it is a thread that keeps the core for a
-		// whole slice, so they do not.
-		return min(p.Spin, p.BusySpin), 0, p.Busy.Crowded
+		// whole slice, so they do not, and the wait sleeps after its spin.
+		if p.Busy.Crowded {
+			return min(p.Spin, p.BusySpin), 0, true, false
+		}
+		if p.Busy.Quick() {
+			return p.Spin, 0, false, true
+		}
+		return min(p.Spin, p.BusySpin), 0, false, true
 	}
-	return p.Spin, p.YieldFor, p.Yield
+	return p.Spin, p.YieldFor, p.Yield, false
 }
 
 // SpinFor is how long a wait starting now spins before anything else, and
 // whether it yields between polls: what a wait loop of its own (a link's)
 // should spin for before it calls WaitAtLeastPolling.
 func (p *Policy) SpinFor() (spin time.Duration, yield bool) {
-	spin, _, yield = p.spinPlan(since())
+	spin, _, yield, _ = p.spinPlan(since())
 	return spin, yield
 }
 
@@ -153,10 +170,17 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 		p = &DefaultPolicy
 	}
 	start := since()
-	spin, yieldFor, yield := p.spinPlan(start)
+	spin, yieldFor, yield, learn := p.spinPlan(start)
+	var wall int64 // when the wait began, in Counter.woke's clock
+	if learn {
+		wall = time.Now().UnixNano()
+	}
 	last := start
 	for i := 1; ; i++ {
 		if c.v.Load() >= v {
+			if learn {
+				p.Busy.Answered(since()-start, p.Spin)
+			}
 			return nil
 		}
 		if yield {
@@ -220,11 +244,23 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 		seen := c.v.Load()
 		if seen >= v {
 			c.waiters.Add(^uint32(0))
+			if learn {
+				p.Busy.Answered(since()-start, p.Spin)
+			}
 			return nil
 		}
 		futexSleep(c.word(), uint32(seen), min(poll, deadline.Sub(now)))
 		c.waiters.Add(^uint32(0))
 		if c.v.Load() >= v {
+			if learn {
+				// Answered when the writer woke this sleeper, not when
+				// it got its core back.
+				answered := since() - start
+				if at := c.woke.Load(); at >= wall {
+					answered = min(answered, time.Duration(at-wall))
+				}
+				p.Busy.Answered(answered, p.Spin)
+			}
 			return nil
 		}
 	}
