@@ -80,7 +80,7 @@ func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
 	wait := func(c *Counter, p *Policy) {
 		go func() { done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, p) }()
 	}
-	// pollsFor reports whether c's waiter is still awake after d; a
+	// pollsFor checks that c's waiter is still awake after d; a
 	// waiter that lost its core meanwhile (the preemption evidence) may
 	// sleep early, and then nothing is asserted.
 	pollsFor := func(c *Counter, d time.Duration) {
