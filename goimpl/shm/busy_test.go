@@ -26,6 +26,23 @@ func TestParseRunnable(t *testing.T) {
 	}
 }
 
+// The runnable average starts at the sampler's own thread: one crowded
+// sample at start (the job launching) does not make the host busy, a
+// crowd that stays does.
+func TestFoldRunnable(t *testing.T) {
+	const cpus = 2
+	avg := foldRunnable(0, 8, true)
+	require.Less(t, avg, float64(cpus+1), "one sample of 8 threads at start")
+	for range 12 {
+		avg = foldRunnable(avg, 4, false)
+	}
+	require.GreaterOrEqual(t, avg, float64(cpus+1), "a compute thread per rank, sample after sample")
+	for range 12 {
+		avg = foldRunnable(avg, 2, false)
+	}
+	require.Less(t, avg, float64(cpus+1), "and gone again")
+}
+
 func TestParseCPUList(t *testing.T) {
 	for text, want := range map[string]int{
 		"0-1\n":        2,
