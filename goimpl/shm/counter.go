@@ -169,18 +169,25 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 	if p == nil {
 		p = &DefaultPolicy
 	}
-	start := since()
+	began := time.Now()
+	start := began.Sub(epoch)
 	spin, yieldFor, yield, learn := p.spinPlan(start)
-	var wall int64 // when the wait began, in Counter.woke's clock
-	if learn {
-		wall = time.Now().UnixNano()
+	// answered tells the policy's Busy how soon this wait was answered:
+	// now, or, for a sleeper the writer woke, when it woke it.
+	answered := func(woken bool) {
+		if !learn {
+			return
+		}
+		d := since() - start
+		if at := c.woke.Load(); woken && at >= began.UnixNano() {
+			d = min(d, time.Duration(at-began.UnixNano()))
+		}
+		p.Busy.Answered(d, p.Spin)
 	}
 	last := start
 	for i := 1; ; i++ {
 		if c.v.Load() >= v {
-			if learn {
-				p.Busy.Answered(since()-start, p.Spin)
-			}
+			answered(false)
 			return nil
 		}
 		if yield {
@@ -244,23 +251,13 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 		seen := c.v.Load()
 		if seen >= v {
 			c.waiters.Add(^uint32(0))
-			if learn {
-				p.Busy.Answered(since()-start, p.Spin)
-			}
+			answered(false)
 			return nil
 		}
 		futexSleep(c.word(), uint32(seen), min(poll, deadline.Sub(now)))
 		c.waiters.Add(^uint32(0))
 		if c.v.Load() >= v {
-			if learn {
-				// Answered when the writer woke this sleeper, not when
-				// it got its core back.
-				answered := since() - start
-				if at := c.woke.Load(); at >= wall {
-					answered = min(answered, time.Duration(at-wall))
-				}
-				p.Busy.Answered(answered, p.Spin)
-			}
+			answered(true) // when the writer woke it, not when it got its core back
 			return nil
 		}
 	}
