@@ -4,6 +4,10 @@
  * memory, interleaved in rounds (MPI, gohccl, MPI, gohccl, ...), so both
  * see the same machine load. Rows follow nccl-tests: size, count, type,
  * redop, time, algbw, busbw, for each library, and gohccl's speedup.
+ * Where gohccl's tuner measures its choices (GOHCCL_TUNE=auto on one host
+ * with a core per rank), a size's first ops are its trial; they run
+ * untimed before the warm-up, and a comment line says how many and how
+ * long they took.
  *
  *   mpicc -O2 -o build/capi_vs_mpi benchmarks/capi_vs_mpi.c \
  *       -Icapi/include -Lpython/gohccl/lib -lgohccl -Wl,-rpath,$PWD/python/gohccl/lib
@@ -183,6 +187,36 @@ static long check(enum coll c, float* in, float* out, size_t count) {
   return wrong;
 }
 
+/* trial_left is how many more ops of this size the communicator's tuner
+ * runs as its trial (GOHCCL_TUNE: its first ops of a size class run each
+ * candidate row in turn, slower ones too): the sum of "Left" over the
+ * Trials of gohccl_comm_info_json. While a trial is under way only one
+ * class is being measured here, the size this program is at. */
+static int trial_left(void) {
+  char* info = NULL;
+  if (gohccl_comm_info_json(comm, &info, err, sizeof err) != GOHCCL_OK) die("gohccl_comm_info_json");
+  int left = 0;
+  for (const char* p = info; (p = strstr(p, "\"Left\":")) != NULL; p += 7) left += atoi(p + 7);
+  gohccl_free(info);
+  return left;
+}
+
+/* settle runs, untimed, the ops the tuner's trial of this size has left,
+ * as python -m gohccl.bench does: the trial is what the first ops of a
+ * size class cost once per communicator, not what a stream of them costs.
+ * Every rank's trial ends after the same op, so the ranks run the same
+ * calls. It returns the trial's ops and, through *secs, their time. */
+static int settle(enum coll c, float* in, float* out, size_t count, double* secs) {
+  double t0 = now_s();
+  int ops = 0;
+  for (int left = trial_left(); left > 0; left = trial_left()) {
+    for (int i = 0; i < left; i++) run_gohccl(c, in, out, count);
+    ops += left;
+  }
+  *secs = now_s() - t0;
+  return ops;
+}
+
 static double time_loop(int lib, enum coll c, float* in, float* out, size_t count, int iters) {
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = now_s();
@@ -256,6 +290,11 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&wrong, &total_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     memset(in, 0, bytes * size); /* zeros: repeated sums stay finite */
     memset(out, 0, bytes * size);
+    double trial_s = 0;
+    int trial_ops = settle(c, in, out, count, &trial_s);
+    if (rank == 0 && trial_ops > 0)
+      printf("# %zu bytes: the tuner's trial ran %d ops first, untimed, in %.1f ms\n", bytes, trial_ops,
+             trial_s * 1e3);
     int n = bytes >= (16u << 20) ? (iters + 4) / 5 : iters;
     for (int lib = 0; lib < 2; lib++) time_loop(lib, c, in, out, count, n / 5 + 1); /* warm-up */
     double t[2][64];
