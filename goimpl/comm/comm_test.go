@@ -544,8 +544,8 @@ func TestCollectivesDoNotAllocate(t *testing.T) {
 		for _, op := range ops {
 			// Two ranks with a core each measure their choices
 			// (GOHCCL_TUNE=auto): the steady state starts after the
-			// trial, at most 7 candidates x 2 passes x 16 ops.
-			const runs, trial = 50, 7 * 2 * tune.SmallRounds
+			// trial, at most 7 candidates x 3 passes x 16 ops.
+			const runs, trial = 50, 7 * tune.Passes * tune.SmallRounds
 			peer := make(chan error, 1)
 			go func() {
 				for range trial + runs + 1 { // AllocsPerRun runs f once more to warm up

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Measuring. Where the model's prices are known to mislead (a host with
@@ -14,12 +15,12 @@ import (
 // ops in a row in each of Passes passes, and keeps the one that was
 // fastest. Every rank must keep the same row, so the ranks agree on the
 // times before the class's next op: right after its last trial op, the
-// largest over the ranks of each rank's time per candidate is taken by one
-// small all-reduce (the communicator's agree step), whose integer figures
-// are the same on every rank, and Settle picks from them. The largest,
-// because the slowest rank is the one the next op waits for: in a stream
-// of ops it sets the pace. From then on the class costs one array lookup,
-// as a modelled one does.
+// largest over the ranks of each rank's time per candidate and pass is
+// taken by one small all-reduce (the communicator's agree step), whose
+// integer figures are the same on every rank, and Settle picks from them.
+// The largest, because the slowest rank is the one the next op waits for:
+// in a stream of ops it sets the pace. From then on the class costs one
+// array lookup, as a modelled one does.
 //
 // The candidates are ordered by price, the model's own choice first; a
 // candidate whose agreed time is within Tie of the fastest loses to an
@@ -31,36 +32,59 @@ import (
 // before: the other schedule's waiters going to sleep, buffers touched the
 // first time) and of the others the median counts, so one slow run (a
 // wake-up that came late) does not decide: what is measured is the
-// candidate back to back, as a stream of ops runs it. Classes below
-// SmallTrial run SmallRounds: an op of a few microseconds is moved by one
-// late wake-up, and at 2 ranks medians of 3 kept a link row 3.6x slower
-// than the engine's for 64 KiB broadcasts in half the jobs; 16 such ops
-// cost less than one op of a megabyte.
+// candidate back to back, as a stream of ops runs it. A class whose
+// cheapest row the model prices so that SmallRounds ops take at most
+// SmallTrial runs SmallRounds ops a run: an op of up to a few hundred
+// microseconds is moved by one late wake-up; at 2 ranks medians of 3 kept
+// a link row 3.6x slower than the engine's for 64 KiB broadcasts in half
+// the jobs, and put the engine's rows for a 1 MiB all-reduce out of order
+// (one row's 200 us an op against another's 140). Longer ops run Rounds,
+// so a trial of the largest messages costs tens of their ops, not
+// hundreds.
 const (
 	Rounds      = 4
 	SmallRounds = 16
-	SmallTrial  = 1 << 20
+	SmallTrial  = 5 * time.Millisecond
 )
 
-// RoundsFor is the ops in a row a trial of bytes runs each candidate.
-func RoundsFor(bytes int) int {
-	if bytes < SmallTrial {
+// RoundsFor is the ops in a row a trial runs each candidate, for a class
+// whose cheapest row is priced seconds.
+func RoundsFor(seconds float64) int {
+	if seconds*SmallRounds <= SmallTrial.Seconds() {
 		return SmallRounds
 	}
 	return Rounds
 }
 
-// Passes is how many times a trial runs through its candidates, the second
-// time in reverse order, and a candidate's time is the smallest of its
-// passes' medians. A communicator's first ops are slow whatever they run
-// (at 4 ranks on 2 cores the first 15 or so took 2-3x their later time:
-// the processes' threads and pages being set up, the wait policy's
-// evidence gathered), and a single pass charged all of that to the
-// candidate that ran first, the model's own choice: the engine's one-shot
-// broadcast of 64 KiB was measured at 424 us, and left for a row that ran
-// 7x slower than it in a stream.
-const Passes = 2
+// Passes is how many times a trial runs through its candidates, every
+// other time in reverse order, and a candidate's time is the median of its
+// passes' medians, so that two passes must agree. A communicator's first
+// ops are slow whatever they run (at 4 ranks on 2 cores the first 15 or so
+// took 2-3x their later time: the processes' threads and pages being set
+// up, the wait policy's evidence gathered), and a single pass charged that
+// to the candidate that ran first, the model's own choice (the engine's
+// one-shot broadcast of 64 KiB was measured at 424 us and left for a row
+// that ran 7x slower than it in a stream). The smaller of two passes then
+// kept rows that were fast in one pass only (a ring broadcast of 16 KiB at
+// 2 ranks: 1.2 us an op in one pass, 7.5 in the other, 4-13 in the stream
+// that followed); and one pass of a row can run 3x slower than its others
+// (the one-shot all-reduce of 1 MiB at 2 ranks: 381 us an op, then 123).
+const Passes = 3
 
+// On one host whose ranks share the engine, a trial does not run the links'
+// rows: each link has a receive goroutine that copies its frames, and the
+// core time it takes falls between the ops a trial times, not in them. At 2
+// ranks on 2 cores a ring broadcast of 16 KiB took 0.8-1.1 us an op (the
+// trials' medians put it at 1.2-1.3 us, under the engine's one-shot row at
+// 1.9) and 6.7-7.9 us an op in a stream of 50 (its ops plus the time
+// between them: a rank's thread descheduled for hundreds of microseconds,
+// and the stream's first op waiting for a peer that had gone to sleep),
+// where the one-shot row runs 2-4 us: in a third to three quarters of the
+// jobs the trial kept a link row that ran 2-4x slower than the engine's.
+// The model prices the links' rows there at 5-10x the engine's, which they
+// are; it is the engine's rows, priced from a few figures of the host,
+// whose order the trial is for.
+//
 // trialPerPlace is how many rows of the links and of the hierarchy a trial
 // runs at most (the engine's rows, three at most, are all tried: their
 // prices come from a few figures of the host and have ranked them wrongly
@@ -75,17 +99,20 @@ const (
 // trial is one (collective, size class) being measured.
 type trial struct {
 	cands []Choice
-	// rounds is the ops of each run (RoundsFor the class's bytes).
+	// rounds is the ops of each run (RoundsFor the class's cheapest price).
 	rounds int
 	// order is the candidate each run of rounds ops runs: every candidate
-	// once, then again in reverse.
+	// once a pass, every other pass in reverse.
 	order []int
 	// times holds this rank's seconds, round r of run j at j*rounds+r:
 	// the order the ops ran in.
 	times []float64
 	calls int
-	// nanos is each candidate's best pass in nanoseconds, then the largest
-	// over the ranks, which Settle reads.
+	// nanos is each candidate's median in each pass in nanoseconds, pass p
+	// of candidate i at p*len(cands)+i, then the largest over the ranks,
+	// which Settle reads. The agreement takes the largest per pass, not of
+	// each rank's median over passes: a pass's figures are the ranks' view
+	// of one moment.
 	nanos []int64
 }
 
@@ -98,13 +125,24 @@ func (t *Tuner) Measuring() bool { return t.measure }
 // startTrial returns the trial of a class whose priced candidates are ps
 // and whose modelled choice is model, or nil when there is only one
 // candidate worth running.
-func (t *Tuner) startTrial(ps []Priced, model Choice, bytes int) *trial {
+func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 	cands := []Choice{model}
-	cheapest := -1.0
+	cheapest, engine := -1.0, false
 	for _, p := range ps {
 		if p.Err == nil && (cheapest < 0 || p.Seconds < cheapest) {
 			cheapest = p.Seconds
 		}
+		engine = engine || p.Err == nil && p.Choice.Row.Place == Node
+	}
+	// How many rows of a place the trial runs besides the model's choice.
+	limit := func(place Place) int {
+		switch {
+		case place == Node:
+			return len(ps)
+		case place == Links && engine && t.shape.Nodes == 1:
+			return 0 // why: above trialPerPlace
+		}
+		return trialPerPlace
 	}
 	rows := Collapse(ps)
 	slices.SortStableFunc(rows, func(a, b Priced) int {
@@ -122,7 +160,7 @@ func (t *Tuner) startTrial(ps []Priced, model Choice, bytes int) *trial {
 	per[model.Row.Place]++
 	for _, p := range rows {
 		place := p.Choice.Row.Place
-		if p.Err != nil || p.Choice.Name() == model.Name() || place != Node && per[place] >= trialPerPlace || p.Seconds > cheapest*trialPriceSpan {
+		if p.Err != nil || p.Choice.Name() == model.Name() || per[place] >= limit(place) || p.Seconds > cheapest*trialPriceSpan {
 			continue
 		}
 		per[place]++
@@ -140,8 +178,8 @@ func (t *Tuner) startTrial(ps []Priced, model Choice, bytes int) *trial {
 			order = append(order, i)
 		}
 	}
-	rounds := RoundsFor(bytes)
-	return &trial{cands: cands, rounds: rounds, order: order, times: make([]float64, len(order)*rounds), nanos: make([]int64, len(cands))}
+	rounds := RoundsFor(cheapest)
+	return &trial{cands: cands, rounds: rounds, order: order, times: make([]float64, len(order)*rounds), nanos: make([]int64, Passes*len(cands))}
 }
 
 // next is the candidate the trial's next op runs.
@@ -172,55 +210,73 @@ func (t *Tuner) Observe(coll Coll, bytes int, seconds float64) bool {
 }
 
 // Timings returns, for the trial of coll at bytes that Observe reported
-// complete, this rank's time of each candidate in nanoseconds (the
-// smallest of its passes' medians), in a slice the caller overwrites with
-// the largest over the ranks.
+// complete, this rank's time of each candidate in each pass in nanoseconds
+// (the median of the run's ops after its first; pass p of candidate i at
+// p*len(candidates)+i), in a slice the caller overwrites with the largest
+// over the ranks.
 func (t *Tuner) Timings(coll Coll, bytes int) []int64 {
 	tr := t.trials[coll][SizeClass(bytes)]
-	for i := range tr.nanos {
-		tr.nanos[i] = -1
-	}
+	k := len(tr.cands)
 	runs := make([]float64, tr.rounds-1)
 	for j, i := range tr.order {
 		copy(runs, tr.times[j*tr.rounds+1:(j+1)*tr.rounds])
 		slices.Sort(runs)
-		if ns := int64(runs[len(runs)/2] * 1e9); tr.nanos[i] < 0 || ns < tr.nanos[i] {
-			tr.nanos[i] = ns
-		}
+		tr.nanos[j/k*k+i] = int64(runs[len(runs)/2] * 1e9)
 	}
 	return tr.nanos
 }
 
 // Settle ends the trial of coll at bytes with the candidates' times as the
 // ranks agreed them (Timings' slice, after the all-reduce) and returns the
-// choice kept: the earliest candidate within Tie of the fastest.
+// choice kept: of the candidates' medians over the passes, the earliest
+// within Tie of the fastest.
 func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
 	class := SizeClass(bytes)
 	tr := t.trials[coll][class]
-	best := slices.Min(times)
-	keep := 0
-	for i, s := range times {
-		if float64(s) <= float64(best)*(1+Tie) {
-			keep = i
-			break
-		}
-	}
+	keep := settle(times, len(tr.cands))
 	c := tr.cands[keep]
 	t.cache[coll][class] = c
 	t.trials[coll][class] = nil
 	if t.Logf != nil {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's best of %d passes' medians of %d in a row): ", coll, classRange(class), t.shape.N, t.shape.Nodes, Passes, tr.rounds-1)
+		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's medians of %d in a row, in each of %d passes; the median pass counts): ", coll, classRange(class), t.shape.N, t.shape.Nodes, tr.rounds-1, Passes)
 		for i, cand := range tr.cands {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "%s %s", cand, FormatSeconds(float64(times[i])/1e9))
+			fmt.Fprintf(&b, "%s ", cand)
+			for p := range Passes {
+				if p > 0 {
+					b.WriteString("/")
+				}
+				b.WriteString(FormatSeconds(float64(times[p*len(tr.cands)+i]) / 1e9))
+			}
 		}
 		fmt.Fprintf(&b, " -> %s", c)
 		t.Logf("%s", b.String())
 	}
 	return c
+}
+
+// settle is Settle's rule over k candidates' times (pass p of candidate i
+// at p*k+i): the index kept.
+func settle(times []int64, k int) int {
+	med := make([]float64, k)
+	passes := make([]float64, Passes)
+	for i := range k {
+		for p := range Passes {
+			passes[p] = float64(times[p*k+i])
+		}
+		slices.Sort(passes)
+		med[i] = passes[Passes/2]
+	}
+	best := slices.Min(med)
+	for i, m := range med {
+		if m <= best*(1+Tie) {
+			return i
+		}
+	}
+	return 0
 }
 
 // Modeled returns the model's choice for coll moving bytes, never a trial:

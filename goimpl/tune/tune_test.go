@@ -404,10 +404,46 @@ func TestInfoTable(t *testing.T) {
 	assert.False(t, strings.Contains(line, "level0:"), "no hierarchical form on one node: %s", line)
 }
 
+// TestTrialCandidates checks which rows a trial runs: on one host whose
+// ranks share the engine, the engine's rows only (the links' frames are
+// copied by goroutines whose time a trial does not see); without the
+// engine, or across hosts, the links' rows too.
+func TestTrialCandidates(t *testing.T) {
+	m := DefaultModel()
+	m.Host = testFigures()
+	places := func(s Shape, coll Coll, bytes int) map[Place]int {
+		tu := New(Spec{}, m, s)
+		tu.SetMeasure(true)
+		tu.Choose(coll, bytes)
+		got := map[Place]int{}
+		if tr := tu.trials[coll][SizeClass(bytes)]; tr != nil {
+			for _, c := range tr.cands {
+				got[c.Row.Place]++
+			}
+		}
+		return got
+	}
+	one := Shape{N: 2, Nodes: 1, PerNode: 2, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 2, Chunk: 64 << 10, SingleCopy: true}}
+	for _, coll := range []Coll{AllReduce, Broadcast, AllGather} {
+		for _, b := range []int{16 << 10, 1 << 20} {
+			got := places(one, coll, b)
+			assert.Zero(t, got[Links], "%s %d: no link row beside the engine: %v", coll, b, got)
+			assert.GreaterOrEqual(t, got[Node], 2, "%s %d: the engine's rows: %v", coll, b, got)
+		}
+	}
+	noEngine := Shape{N: 2, Nodes: 1, PerNode: 2, Consecutive: true}
+	assert.Equal(t, map[Place]int{Links: trialPerPlace}, places(noEngine, AllReduce, 16<<10), "links only, trialPerPlace of them")
+	hosts := Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Mesh: MeshShape{Level0: true, Ranks: 4, Chunk: 64 << 10}}
+	got := places(hosts, AllReduce, 1<<20)
+	assert.Positive(t, got[Links], "across hosts the links' rows are tried: %v", got)
+	assert.Positive(t, got[Levels], "and the hierarchy's: %v", got)
+}
+
 // TestTrialKeepsTheFastest feeds a trial synthetic times: each candidate
 // runs RoundsFor(bytes) ops in a row, the first is not counted and of the others the
-// median counts (one slow run does not), and Settle keeps the fastest
-// agreed time, or the earlier candidate when two are within Tie.
+// median counts (one slow run does not), and Settle keeps a row faster than
+// the model's choice in every pass, or the earlier candidate when two are
+// within Tie.
 func TestTrialKeepsTheFastest(t *testing.T) {
 	tu := New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
 	tu.SetMeasure(true)
@@ -423,13 +459,16 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 		slow[i] = 1e-3
 	}
 	slow[k-1] = 2e-4 // the last candidate is fastest
-	// Candidates run in two passes, the second in reverse order.
+	// Candidates run in three passes, the second in reverse order.
+	require.Equal(t, 3, Passes)
 	var order []int
-	for i := range k {
-		order = append(order, i)
-	}
-	for i := range k {
-		order = append(order, k-1-i)
+	for p := range Passes {
+		for i := range k {
+			if p == 1 {
+				i = k - 1 - i
+			}
+			order = append(order, i)
+		}
 	}
 	R := tr.rounds
 	require.Equal(t, SmallRounds, R, "64 KiB is a small class")
@@ -448,15 +487,18 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 		require.Equal(t, call == calls-1, tu.Observe(AllReduce, bytes, took))
 	}
 	nanos := tu.Timings(AllReduce, bytes)
-	require.Equal(t, int64(2e5), nanos[k-1])
-	require.Equal(t, int64(1e6), nanos[0])
+	require.Len(t, nanos, Passes*k)
+	for p := range Passes {
+		require.Equal(t, int64(2e5), nanos[p*k+k-1], "pass %d", p)
+		require.Equal(t, int64(1e6), nanos[p*k], "pass %d", p)
+	}
 	require.Equal(t, tr.cands[k-1], tu.Settle(AllReduce, bytes, nanos))
 	require.Equal(t, tr.cands[k-1], tu.Choose(AllReduce, bytes), "kept")
 	require.False(t, tu.Observe(AllReduce, bytes, 1), "a settled class is not measured")
 
 	// A cold start: the first candidate's first pass is slow (the
-	// communicator's first ops), its second pass the fastest of all. It
-	// is kept: a candidate's time is the best of its passes.
+	// communicator's first ops), its later passes the fastest of all. It
+	// is kept: the median pass counts.
 	tu = New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
 	tu.SetMeasure(true)
 	tu.Choose(AllReduce, bytes)
@@ -480,12 +522,35 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 	tu.SetMeasure(true)
 	tu.Choose(AllReduce, bytes)
 	tr = tu.trials[AllReduce][SizeClass(bytes)]
-	sums := make([]int64, len(tr.cands))
+	sums := make([]int64, Passes*len(tr.cands))
 	for i := range sums {
 		sums[i] = 1000
 	}
-	sums[1] = 980
+	for p := range Passes {
+		sums[p*len(tr.cands)+1] = 980
+	}
 	require.Equal(t, tr.cands[0], tu.Settle(AllReduce, bytes, sums))
+
+	// Ops priced up to a few hundred microseconds run 16 in a row, longer
+	// ones 4.
+	assert.Equal(t, SmallRounds, RoundsFor(150e-6), "a 1 MiB all-reduce")
+	assert.Equal(t, SmallRounds, RoundsFor(SmallTrial.Seconds()/SmallRounds))
+	assert.Equal(t, Rounds, RoundsFor(2.5e-3), "a 16 MiB all-reduce")
+
+	// Settle's rule on its own, 3 candidates, 3 passes (times[p*3+i]):
+	// each candidate's median pass.
+	for _, c := range []struct {
+		name  string
+		times []int64
+		want  int
+	}{
+		{"a row much faster in one pass only does not replace the model's", []int64{670, 750, 700, 190, 120, 200, 200, 700, 210}, 0},
+		{"a row slow in one pass only is still kept", []int64{670, 750, 700, 190, 120, 200, 200, 120, 210}, 1},
+		{"the model's choice slow in its first pass only stays", []int64{5000, 300, 400, 200, 300, 400, 200, 300, 400}, 0},
+		{"within Tie of the fastest, the earlier", []int64{1000, 300, 290, 1000, 300, 290, 1000, 300, 290}, 1},
+	} {
+		assert.Equal(t, c.want, settle(c.times, 3), c.name)
+	}
 
 	// Measuring off: the model's choice at once, no trial.
 	tu = New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})

@@ -168,7 +168,7 @@ func (t *Tuner) Choose(coll Coll, bytes int) Choice {
 	// A class of no bytes (barrier, all-to-all, empty tensors) is not
 	// measured: its ops' times say nothing of the next ones'.
 	if t.measure && class > 0 {
-		if tr := t.startTrial(ps, c, bytes); tr != nil {
+		if tr := t.startTrial(ps, c); tr != nil {
 			t.trials[coll][class] = tr
 			if t.Logf != nil {
 				names := make([]string, len(tr.cands))

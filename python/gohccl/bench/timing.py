@@ -266,7 +266,7 @@ def run_case(world: World, labels: list[Label], active: list[bool], collective: 
 
 
 # SETTLE_CALLS bounds the calls settle adds for one label: a trial runs at
-# most 7 candidates x 2 passes x 16 calls (goimpl/tune/trial.go).
+# most 7 candidates x 3 passes x 16 calls (goimpl/tune/trial.go).
 SETTLE_CALLS = 400
 
 
