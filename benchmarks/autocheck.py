@@ -108,8 +108,8 @@ def main(argv=None):
     p.add_argument("-e", "--maxbytes", default="16M")
     p.add_argument("-n", "--iters", type=int, default=10)
     p.add_argument("-w", "--warmup", type=int, default=9,
-                   help="untimed rounds of 6 calls: enough for a measuring trial, up to 6 "
-                        "candidates x 4 calls x 2 passes (default 9)")
+                   help="untimed rounds of 6 calls, after the measuring trial that "
+                        "gohccl.bench runs untimed first (default 9)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
     p.add_argument("--rows", default=None,
                    help="comma list of the forced rows to run (default every row of the "
