@@ -140,7 +140,7 @@ func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 		case place == Node:
 			return len(ps)
 		case place == Links && engine && t.shape.Nodes == 1:
-			return 0 // why: above trialPerPlace
+			return 0 // the links beside the engine: see above trialPerPlace
 		}
 		return trialPerPlace
 	}
