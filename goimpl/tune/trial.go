@@ -134,7 +134,8 @@ func (t *Tuner) startTrial(ps []Priced, model Choice) *trial {
 		}
 		engine = engine || p.Err == nil && p.Choice.Row.Place == Node
 	}
-	// How many rows of a place the trial runs besides the model's choice.
+	// How many rows of a place a trial runs at most, the model's choice
+	// counted where it is one of them.
 	limit := func(place Place) int {
 		switch {
 		case place == Node:
