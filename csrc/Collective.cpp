@@ -398,7 +398,7 @@ bool Layout::direct() const {
 
 // ---- Where a call's memory lives ----
 
-Place placeOf(const std::vector<const Layout*>& layouts, const char* op) {
+Place placeOf(std::initializer_list<const Layout*> layouts, const char* op) {
   const at::Tensor* first = nullptr;
   for (const Layout* l : layouts) {
     for (const at::Tensor& t : l->tensors()) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -181,7 +182,7 @@ struct Place {
 // returns its place. For a device it also records each tensor's memory as
 // in use on the caller's stream, so the caching allocator does not hand it
 // out again before the call's copies on that stream are done.
-Place placeOf(const std::vector<const Layout*>& layouts, const char* op);
+Place placeOf(std::initializer_list<const Layout*> layouts, const char* op);
 
 // ---- The call ----
 

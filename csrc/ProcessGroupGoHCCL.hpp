@@ -79,6 +79,10 @@ class WorkGoHCCL : public c10d::Work {
   // otherwise; it throws on failure.
   using Body = std::function<int()>;
 
+  // inputs is the operation's input tensors while torch's profiler is on
+  // (at::hasCallbacks()): the work then opens a profiler range with their
+  // shapes. Null otherwise, so that an issue copies nothing for it.
+
   WorkGoHCCL(
       int rank,
       c10d::OpType opType,
@@ -86,7 +90,7 @@ class WorkGoHCCL : public c10d::Work {
       uint64_t seq,
       std::chrono::milliseconds timeout,
       std::vector<at::Tensor> outputs,
-      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>* inputs,
       Body body,
       bool waitRunsBody,
       std::shared_ptr<std::atomic<int>> errorState,
@@ -318,7 +322,7 @@ class ProcessGroupGoHCCL : public c10d::Backend {
       std::chrono::milliseconds timeout,
       bool asyncOp,
       std::vector<at::Tensor> outputs,
-      const std::vector<at::Tensor>& inputs,
+      const std::vector<at::Tensor>* inputs,
       WorkGoHCCL::Body body);
   // submit is the one way a collective or a send is issued: it derives the
   // timeout and async_op from the operation's options, finds the device

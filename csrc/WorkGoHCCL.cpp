@@ -77,19 +77,22 @@ WorkGoHCCL::WorkGoHCCL(
     uint64_t seq,
     std::chrono::milliseconds timeout,
     std::vector<at::Tensor> outputs,
-    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>* inputs,
     Body body,
     bool waitRunsBody,
     std::shared_ptr<std::atomic<int>> errorState,
     bool runsHere)
-    // With the profiler on, Work opens a range named by the title, with the
-    // inputs' shapes, as Gloo's and NCCL's works do; complete() closes it.
-    // Without any callbacks nothing is recorded, so nothing is made.
+    // With the profiler on (the issuer passes the inputs), Work opens a
+    // range named by the title, with the inputs' shapes, as Gloo's and
+    // NCCL's works do; complete() closes it. Without it nothing is made, not
+    // even the copy of the inputs' list that Work's optional takes.
     : c10d::Work(
           rank,
           opType,
-          at::hasCallbacks() ? profilingTitle(opType) : nullptr,
-          inputs),
+          inputs != nullptr ? profilingTitle(opType) : nullptr,
+          inputs != nullptr
+              ? std::optional<std::vector<at::Tensor>>(*inputs)
+              : std::nullopt),
       body_(std::move(body)),
       waitRunsBody_(waitRunsBody),
       outputs_(std::move(outputs)),
