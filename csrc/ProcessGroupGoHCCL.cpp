@@ -282,6 +282,17 @@ std::string workName(const char* opName, uint64_t seq) {
   return name;
 }
 
+// profilerInputs is what a work's profiler range records (WorkGoHCCL): ts
+// while torch's profiler is on, else nothing, so that an issue copies no
+// list for a range that is not made.
+std::optional<std::vector<at::Tensor>> profilerInputs(
+    const std::vector<at::Tensor>& ts) {
+  if (!at::hasCallbacks()) {
+    return std::nullopt;
+  }
+  return ts;
+}
+
 // ---- fork ----
 
 // kLoadedPid is the process that loaded the shim, and with it libgohccl and
@@ -604,7 +615,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
     std::chrono::milliseconds timeout,
     bool asyncOp,
     std::vector<at::Tensor> outputs,
-    const std::vector<at::Tensor>* inputs,
+    std::optional<std::vector<at::Tensor>> inputs,
     WorkGoHCCL::Body body) {
   checkNotForked(ownerPid_, opName);
   const bool collective = lane == Lane::kCollective;
@@ -628,7 +639,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::enqueue(
         seq,
         timeout,
         std::move(outputs),
-        inputs,
+        std::move(inputs),
         std::move(body),
         /*waitRunsBody=*/false,
         errorState_,
@@ -677,17 +688,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postRecv(
   });
   const uint64_t seq = ++p2pSeq_;
   std::string name = workName(opName, seq);
-  const bool profiled = at::hasCallbacks();
-  const std::vector<at::Tensor> inputs =
-      profiled ? std::vector<at::Tensor>{tensor} : std::vector<at::Tensor>();
+  std::vector<at::Tensor> outputs{tensor};
+  std::optional<std::vector<at::Tensor>> inputs = profilerInputs(outputs);
   auto work = c10::make_intrusive<WorkGoHCCL>(
       rank_,
       opType,
       name,
       seq,
       std::chrono::milliseconds(ms),
-      std::vector<at::Tensor>{tensor},
-      profiled ? &inputs : nullptr,
+      std::move(outputs),
+      std::move(inputs),
       [comm, req, ms, buf, tensor, name, closing = closing_]() {
         int source = -1;
         try {
@@ -740,17 +750,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::postDeviceRecv(
       opName,
       ": the process group has been destroyed");
   const uint64_t seq = ++p2pSeq_;
-  const bool profiled = at::hasCallbacks();
-  const std::vector<at::Tensor> inputs =
-      profiled ? std::vector<at::Tensor>{tensor} : std::vector<at::Tensor>();
+  std::vector<at::Tensor> outputs{tensor};
+  std::optional<std::vector<at::Tensor>> inputs = profilerInputs(outputs);
   auto work = c10::make_intrusive<WorkGoHCCL>(
       rank_,
       opType,
       workName(opName, seq),
       seq,
       std::chrono::milliseconds(ms),
-      std::vector<at::Tensor>{tensor},
-      profiled ? &inputs : nullptr,
+      std::move(outputs),
+      std::move(inputs),
       [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); },
       /*waitRunsBody=*/true,
       errorState_);
@@ -770,11 +779,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::submit(
   c.place = placeOf({&c.in, &c.out}, opName);
   const Lane lane =
       c.kind == GOHCCL_CALL_SEND ? Lane::kSend : Lane::kCollective;
-  // Only the profiler's range reads the inputs (WorkGoHCCL); without it
-  // they are not copied.
-  const bool profiled = at::hasCallbacks();
-  const std::vector<at::Tensor> inputs =
-      profiled ? c.in.tensors() : std::vector<at::Tensor>();
+  // Taken before c moves into the body.
+  std::optional<std::vector<at::Tensor>> inputs =
+      profilerInputs(c.in.tensors());
   return enqueue(
       lane,
       opType,
@@ -782,7 +789,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGoHCCL::submit(
       std::chrono::milliseconds(ms),
       opts.asyncOp,
       std::move(outputs),
-      profiled ? &inputs : nullptr,
+      std::move(inputs),
       [comm = comm_, c = std::move(c), ms]() { return c.run(comm, ms); });
 }
 

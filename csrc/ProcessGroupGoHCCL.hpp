@@ -80,9 +80,8 @@ class WorkGoHCCL : public c10d::Work {
   using Body = std::function<int()>;
 
   // inputs is the operation's input tensors while torch's profiler is on
-  // (at::hasCallbacks()): the work then opens a profiler range with their
-  // shapes. Null otherwise, so that an issue copies nothing for it.
-
+  // (profilerInputs): the work then opens a profiler range with their
+  // shapes. Empty otherwise, and no range is made.
   WorkGoHCCL(
       int rank,
       c10d::OpType opType,
@@ -90,7 +89,7 @@ class WorkGoHCCL : public c10d::Work {
       uint64_t seq,
       std::chrono::milliseconds timeout,
       std::vector<at::Tensor> outputs,
-      const std::vector<at::Tensor>* inputs,
+      std::optional<std::vector<at::Tensor>> inputs,
       Body body,
       bool waitRunsBody,
       std::shared_ptr<std::atomic<int>> errorState,
@@ -322,7 +321,7 @@ class ProcessGroupGoHCCL : public c10d::Backend {
       std::chrono::milliseconds timeout,
       bool asyncOp,
       std::vector<at::Tensor> outputs,
-      const std::vector<at::Tensor>* inputs,
+      std::optional<std::vector<at::Tensor>> inputs,
       WorkGoHCCL::Body body);
   // submit is the one way a collective or a send is issued: it derives the
   // timeout and async_op from the operation's options, finds the device

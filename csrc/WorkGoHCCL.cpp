@@ -77,22 +77,19 @@ WorkGoHCCL::WorkGoHCCL(
     uint64_t seq,
     std::chrono::milliseconds timeout,
     std::vector<at::Tensor> outputs,
-    const std::vector<at::Tensor>* inputs,
+    std::optional<std::vector<at::Tensor>> inputs,
     Body body,
     bool waitRunsBody,
     std::shared_ptr<std::atomic<int>> errorState,
     bool runsHere)
     // With the profiler on (the issuer passes the inputs), Work opens a
     // range named by the title, with the inputs' shapes, as Gloo's and
-    // NCCL's works do; complete() closes it. Without it nothing is made, not
-    // even the copy of the inputs' list that Work's optional takes.
+    // NCCL's works do; complete() closes it. Without it nothing is made.
     : c10d::Work(
           rank,
           opType,
-          inputs != nullptr ? profilingTitle(opType) : nullptr,
-          inputs != nullptr
-              ? std::optional<std::vector<at::Tensor>>(*inputs)
-              : std::nullopt),
+          inputs ? profilingTitle(opType) : nullptr,
+          inputs),
       body_(std::move(body)),
       waitRunsBody_(waitRunsBody),
       outputs_(std::move(outputs)),
