@@ -33,14 +33,18 @@ variants=()
 while [[ $# -gt 0 && $1 != -- ]]; do variants+=("$1"); shift; done
 [[ ${1:-} == -- ]] && shift
 if ((${#variants[@]} < 2)) || (($# == 0)); then
-	sed -n '2,21p' "$0" >&2
+	sed -n '2,/^set /{/^#/p}' "$0" >&2
 	exit 2
 fi
 for v in "${variants[@]}"; do
 	spec=${v#*=}
 	tree=${spec%%:*}
-	[[ $v == *=* && -x $tree/.venv/bin/python ]] ||
-		{ echo "ab.sh: $v: want NAME=TREE with TREE/.venv built (make build)" >&2; exit 2; }
+	# abstats.py reads the variant back from the file name up to its first
+	# dot, so a name is letters, digits, _ and - only.
+	[[ $v =~ ^[A-Za-z0-9_-]+= ]] ||
+		{ echo "ab.sh: $v: want NAME=TREE, NAME of letters, digits, _ and -" >&2; exit 2; }
+	[[ -x $tree/.venv/bin/python ]] ||
+		{ echo "ab.sh: $v: $tree has no .venv (run make build there)" >&2; exit 2; }
 done
 mkdir -p "$out"
 n=${#variants[@]}
