@@ -254,12 +254,7 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 	// Frames between ranks on one machine are copies too: where ranks
 	// share cores, they take turns at them as at the engine's.
 	m.Intra.Bandwidth /= max(c.share, 1)
-	if m.Host.Valid() {
-		// A frame between ranks of a host that share memory goes through
-		// the same wake-up of the peer as a post to the engine: the links'
-		// latency is at least the hand-off measured there.
-		m.Intra.Latency = max(m.Intra.Latency, m.Host.HandOff)
-	}
+	m = m.WithHost(m.Host)
 	if l := c.local; l != nil {
 		c.x.Node = l.engine
 		c.op.Node = tune.NodeLegs(l.engine, &c.call)

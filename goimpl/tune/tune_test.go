@@ -389,6 +389,39 @@ func TestMeshRows(t *testing.T) {
 	assert.Greater(t, m.Cost(c, Shape{N: 8, Nodes: 2, PerNode: 4, Consecutive: true, Mesh: hosts.Mesh, Bytes: 16 << 20}), 0.0)
 }
 
+// TestLoadedHostKeepsEngine checks that a hand-off measured while the host
+// was busy (a scheduler slice, as three ranks and three busy threads on 2
+// cores gave) raises the links' prices with the engine's: a frame over a
+// link wakes two goroutines where a post to the engine wakes one, so the
+// engine's rows stay the model's choice on one host.
+func TestLoadedHostKeepsEngine(t *testing.T) {
+	// The engine's default chunk up to 1 MiB; the 4 KiB chunk of a
+	// 16 KiB GOHCCL_BUFFSIZE (goimpl/comm's TestMeasuredChoice) at the
+	// 24 KiB that test runs.
+	for _, chunk := range []struct{ bytes, upTo int }{{64 << 10, 1 << 20}, {4 << 10, 24 << 10}} {
+		three := Shape{N: 3, Nodes: 1, PerNode: 3, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 3, Chunk: chunk.bytes, Share: 1.5}}
+		for _, handOff := range []float64{0.4e-6, 15e-6, 170e-6, 2e-3} {
+			f := testFigures()
+			f.HandOff = handOff
+			m := DefaultModel().WithHost(f)
+			assert.GreaterOrEqual(t, m.Intra.Latency, LinkHandOffs*handOff)
+			assert.GreaterOrEqual(t, m.Intra.Latency, DefaultModel().Intra.Latency, "never under the configured latency")
+			tu := New(Spec{}, m, three)
+			for _, coll := range []Coll{AllReduce, Broadcast, AllGather, ReduceScatter} {
+				for _, b := range []int{4 << 10, 24 << 10, 1 << 20} {
+					if b > chunk.upTo {
+						continue
+					}
+					c := tu.Choose(coll, b)
+					assert.Equal(t, Node, c.Row.Place, "chunk %d, hand-off %gs, %s of %d bytes: %s\n%s", chunk.bytes, handOff, coll, b, c, tu.Table(coll, b))
+				}
+			}
+		}
+	}
+	bare := DefaultModel().WithHost(mesh.Figures{})
+	assert.Equal(t, DefaultModel().Intra, bare.Intra, "no figures (no shared memory): the links keep their own")
+}
+
 // TestInfoTable checks the line GOHCCL_DEBUG=INFO prints: every row with
 // its price (the engine's rows among them) and the choice.
 func TestInfoTable(t *testing.T) {
