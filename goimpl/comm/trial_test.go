@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,10 @@ import (
 // ranks with shared memory and GOHCCL_TUNE=measure: each class's first ops
 // run the tuner's candidates in turn (on one host the model's choice and
 // the engine's rows: the all-reduce's several, the broadcast's one-shot
-// alone, so it has no trial where the model chose it), every result is checked against the reference, and once the
-// trials end every rank has settled each class on the same row, which it
-// keeps.
+// alone, so it has no trial where the model chose it), every result is
+// checked against the reference, and once the trials end every rank has
+// settled each class on the same row, which it keeps; the all-reduce's is
+// measured again (tune.Revisit) and settled alike.
 func TestMeasuredChoice(t *testing.T) {
 	const n = 3
 	conf := smallBuffers()
@@ -38,6 +40,20 @@ func TestMeasuredChoice(t *testing.T) {
 		}
 	}()
 	require.True(t, comms[0].tuner.Measuring())
+	// One revisit, one trial's worth of ops after the trial: every rank
+	// must start it at the same op (the results below would be wrong, or
+	// the ops time out, otherwise) and say so once.
+	again := make([]int, n)
+	for r, c := range comms {
+		c.tuner.Revisit = tune.Revisit{Times: 1, MinTrials: 1}
+		logf := c.tuner.Logf
+		c.tuner.Logf = func(format string, args ...any) {
+			if line := fmt.Sprintf(format, args...); strings.HasPrefix(line, "allreduce ") && strings.Contains(line, "measuring again") {
+				again[r]++
+			}
+			logf(format, args...)
+		}
+	}
 
 	const count = 3001 // 24 KiB of int64: streams through several segments
 	bytes := count * 8
@@ -50,7 +66,9 @@ func TestMeasuredChoice(t *testing.T) {
 	for coll := range seen {
 		modeled[coll] = comms[0].tuner.Modeled(coll, bytes).Name()
 	}
-	for op := range 3 * tune.SmallRounds * 6 {
+	// Three trials of up to four candidates: the trial, the ops up to the
+	// revisit, the revisit.
+	for op := range 3 * 4 * tune.Passes * tune.SmallRounds {
 		for _, coll := range []tune.Coll{tune.AllReduce, tune.Broadcast} {
 			seen[coll][comms[0].tuner.Choose(coll, bytes).Name()] = true
 			in := make([][]int64, n)
@@ -89,4 +107,5 @@ func TestMeasuredChoice(t *testing.T) {
 		}
 		require.True(t, seen[coll][kept.Name()], "%s: the row kept was one of those measured", coll)
 	}
+	require.Equal(t, []int{1, 1, 1}, again, "every rank measured the all-reduce again, once")
 }

@@ -96,6 +96,51 @@ const (
 	trialPriceSpan = 100
 )
 
+// Revisiting. A trial sees the machine as it is while the trial runs, and
+// a VM can run every copy 3-4x slower for seconds at a time, some rows
+// more than others (stop 32, docs/algorithms.md): a 16 MiB all-reduce
+// trial in such a stretch measured the two-phase row at 9.7-10.6 ms and
+// single copy at 4.8-5.3, kept single copy, and ran it at 4-5 ms for the
+// rest of the job where two-phase runs 2.4. So a class that keeps running
+// is tried again: once its kept row has run for about Revisit.After (as
+// the agreed time of that row prices its ops), then Revisit.Spacing times
+// as long, Revisit.Times times in all, each at least Revisit.MinTrials
+// trials' worth of ops after the one before, so that trials stay a small
+// share of the class's ops. A candidate's time is then the smallest of its
+// median passes over the class's trials (a slow stretch only adds time),
+// and the class keeps the earliest within Tie of the fastest. Every rank
+// counts the same ops of the class and prices the distance from the same
+// agreed figures, so every rank starts a revisit at the same op.
+type Revisit struct {
+	After     time.Duration // the kept row's run before the first revisit
+	Spacing   int           // how many times longer each later wait is
+	Times     int           // revisits in all (0: none)
+	MinTrials int           // the shortest wait, in trials' worth of ops
+}
+
+// DefaultRevisit is two more trials, after about 2 and 16 seconds of a
+// class's ops: longer than the slow stretches seen, and for a training
+// job's gradient buckets a few of its first steps.
+var DefaultRevisit = Revisit{After: 2 * time.Second, Spacing: 8, Times: 2, MinTrials: 8}
+
+// opsUntil is how many ops of a class whose kept row runs seconds an op
+// come before its revisit after trial done (1 for the first), for a trial
+// of trialOps ops; 0 for none.
+func (r Revisit) opsUntil(done int, seconds float64, trialOps int) int {
+	if done > r.Times {
+		return 0
+	}
+	after := r.After.Seconds()
+	for range done - 1 {
+		after *= float64(max(r.Spacing, 1))
+	}
+	ops := max(r.MinTrials*trialOps, 1)
+	if seconds > 0 && after/seconds > float64(ops) {
+		ops = int(min(after/seconds, 1<<40))
+	}
+	return ops
+}
+
 // trial is one (collective, size class) being measured.
 type trial struct {
 	cands []Choice
@@ -114,6 +159,11 @@ type trial struct {
 	// each rank's median over passes: a pass's figures are the ranks' view
 	// of one moment.
 	nanos []int64
+	// best is each candidate's smallest median pass over the class's
+	// trials so far, done how many have settled, left the class's ops
+	// until the next (see Revisit).
+	best       []int64
+	done, left int
 }
 
 // SetMeasure turns measuring on or off for the classes not chosen yet.
@@ -202,12 +252,35 @@ func boolInt(b bool) int {
 func (t *Tuner) Observe(coll Coll, bytes int, seconds float64) bool {
 	class := SizeClass(bytes)
 	tr := t.trials[coll][class]
-	if tr == nil || tr.calls == len(tr.times) {
+	if tr == nil {
+		t.countToRevisit(coll, class)
+		return false
+	}
+	if tr.calls == len(tr.times) {
 		return false
 	}
 	tr.times[tr.calls] = seconds
 	tr.calls++
 	return tr.calls == len(tr.times)
+}
+
+// countToRevisit counts an op of a settled class and starts its next trial
+// when it is due: the class's next op runs the trial's first candidate.
+func (t *Tuner) countToRevisit(coll Coll, class int) {
+	tr := t.settled[coll][class]
+	if tr == nil {
+		return
+	}
+	if tr.left--; tr.left > 0 {
+		return
+	}
+	t.settled[coll][class] = nil
+	tr.calls = 0
+	t.trials[coll][class] = tr
+	t.cache[coll][class] = Choice{}
+	if t.Logf != nil {
+		t.Logf("%s %s: measuring again (trial %d of %d), %d ops in a row each, %d passes", coll, classRange(class), tr.done+1, t.Revisit.Times+1, tr.rounds, Passes)
+	}
 }
 
 // Timings returns, for the trial of coll at bytes that Observe reported
@@ -229,15 +302,28 @@ func (t *Tuner) Timings(coll Coll, bytes int) []int64 {
 
 // Settle ends the trial of coll at bytes with the candidates' times as the
 // ranks agreed them (Timings' slice, after the all-reduce) and returns the
-// choice kept: of the candidates' medians over the passes, the earliest
-// within Tie of the fastest.
+// choice kept: of the candidates' median passes, each the smallest over
+// the class's trials so far (Revisit), the earliest within Tie of the
+// fastest.
 func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
 	class := SizeClass(bytes)
 	tr := t.trials[coll][class]
-	keep := settle(times, len(tr.cands))
+	med := medians(times, len(tr.cands))
+	if tr.best == nil {
+		tr.best = med
+	} else {
+		for i, m := range med {
+			tr.best[i] = min(tr.best[i], m)
+		}
+	}
+	keep := fastest(tr.best)
 	c := tr.cands[keep]
 	t.cache[coll][class] = c
 	t.trials[coll][class] = nil
+	tr.done++
+	if tr.left = t.Revisit.opsUntil(tr.done, float64(tr.best[keep])/1e9, len(tr.times)); tr.left > 0 {
+		t.settled[coll][class] = tr
+	}
 	if t.Logf != nil {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s %s on %d ranks (%d nodes): measured (slowest rank's medians of %d in a row, in each of %d passes; the median pass counts): ", coll, classRange(class), t.shape.N, t.shape.Nodes, tr.rounds-1, Passes)
@@ -253,27 +339,45 @@ func (t *Tuner) Settle(coll Coll, bytes int, times []int64) Choice {
 				b.WriteString(FormatSeconds(float64(times[p*len(tr.cands)+i]) / 1e9))
 			}
 		}
+		if tr.done > 1 {
+			fmt.Fprintf(&b, "; best of %d trials: ", tr.done)
+			for i, cand := range tr.cands {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%s %s", cand, FormatSeconds(float64(tr.best[i])/1e9))
+			}
+		}
 		fmt.Fprintf(&b, " -> %s", c)
+		if tr.left > 0 {
+			fmt.Fprintf(&b, " (measured again after %d more ops)", tr.left)
+		}
 		t.Logf("%s", b.String())
 	}
 	return c
 }
 
-// settle is Settle's rule over k candidates' times (pass p of candidate i
-// at p*k+i): the index kept.
-func settle(times []int64, k int) int {
-	med := make([]float64, k)
-	passes := make([]float64, Passes)
+// medians returns each of k candidates' median pass of times (pass p of
+// candidate i at p*k+i).
+func medians(times []int64, k int) []int64 {
+	med := make([]int64, k)
+	passes := make([]int64, Passes)
 	for i := range k {
 		for p := range Passes {
-			passes[p] = float64(times[p*k+i])
+			passes[p] = times[p*k+i]
 		}
 		slices.Sort(passes)
 		med[i] = passes[Passes/2]
 	}
-	best := slices.Min(med)
-	for i, m := range med {
-		if m <= best*(1+Tie) {
+	return med
+}
+
+// fastest returns the earliest of the candidates' times ts within Tie of
+// the smallest.
+func fastest(ts []int64) int {
+	best := float64(slices.Min(ts))
+	for i, m := range ts {
+		if float64(m) <= best*(1+Tie) {
 			return i
 		}
 	}

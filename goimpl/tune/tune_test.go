@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -472,6 +473,80 @@ func TestTrialCandidates(t *testing.T) {
 	assert.Positive(t, got[Levels], "and the hierarchy's: %v", got)
 }
 
+// TestTrialRevisits runs a class through its trial and its revisits with
+// synthetic times: the first trial falls in a slow stretch of the machine
+// where the model's choice is slowest, and keeps another row; the first
+// revisit, in the normal state, finds the model's choice fastest and keeps
+// it (each candidate's smallest median over the trials); the second, in a
+// slow stretch again, changes nothing; then the class is not measured
+// again. Each revisit comes as many ops after the trial before as the
+// schedule says: After (times Spacing each time) of the kept row's agreed
+// time, at least MinTrials trials' worth.
+func TestTrialRevisits(t *testing.T) {
+	tu := New(Spec{}, DefaultModel(), Shape{N: 4, Nodes: 1, PerNode: 4})
+	tu.SetMeasure(true)
+	tu.Revisit = Revisit{After: time.Second, Spacing: 4, Times: 2, MinTrials: 2}
+	const bytes = 16 << 20
+	first := tu.Choose(AllReduce, bytes)
+	tr := tu.trials[AllReduce][SizeClass(bytes)]
+	require.NotNil(t, tr)
+	trialOps := len(tr.times)
+	require.GreaterOrEqual(t, len(tr.cands), 2)
+	run := func(took func(i int) float64) Choice {
+		t.Helper()
+		for call := range trialOps {
+			i := tr.order[call/tr.rounds]
+			require.Equal(t, tr.cands[i], tu.Choose(AllReduce, bytes), "call %d", call)
+			require.Equal(t, call == trialOps-1, tu.Observe(AllReduce, bytes, took(i)), "call %d", call)
+		}
+		return tu.Settle(AllReduce, bytes, tu.Timings(AllReduce, bytes))
+	}
+	// wait runs the kept row's ops up to the revisit: ops-1 of them leave
+	// the class settled, the ops-th starts the trial.
+	wait := func(kept Choice, ops int) {
+		t.Helper()
+		for op := 1; op <= ops; op++ {
+			require.False(t, tu.Trying(AllReduce, bytes), "op %d of %d", op, ops)
+			require.Equal(t, kept, tu.Choose(AllReduce, bytes))
+			require.False(t, tu.Observe(AllReduce, bytes, 1e-3))
+		}
+		require.True(t, tu.Trying(AllReduce, bytes), "the revisit starts after %d ops", ops)
+	}
+	slow := func(i int) float64 { // the model's choice 10 ms, the others 5.5 ms and up
+		if i == 0 {
+			return 10e-3
+		}
+		return 5e-3 + float64(i)*0.5e-3
+	}
+	normal := func(i int) float64 { // the model's choice 2.4 ms, the others 4.5
+		if i == 0 {
+			return 2.4e-3
+		}
+		return 4.5e-3
+	}
+	kept := run(slow)
+	require.Equal(t, tr.cands[1], kept, "the slow stretch keeps another row")
+	wait(kept, max(181, 2*trialOps)) // 1 s over 5.5 ms
+	require.Equal(t, first, run(normal), "the revisit keeps the model's choice: 2.4 ms against 4.5")
+	wait(first, max(1666, 2*trialOps)) // 4 s over 2.4 ms
+	require.Equal(t, first, run(slow), "a slow stretch in the last trial moves nothing: each row's best counts")
+	for range 100 * trialOps {
+		require.False(t, tu.Observe(AllReduce, bytes, 1e-3))
+		require.False(t, tu.Trying(AllReduce, bytes), "after Times revisits, no more")
+	}
+	require.Equal(t, first, tu.Choose(AllReduce, bytes))
+
+	// The schedule on its own: After over the op's time, at least
+	// MinTrials trials, Spacing times longer each time, none after Times.
+	r := Revisit{After: 2 * time.Second, Spacing: 8, Times: 2, MinTrials: 8}
+	assert.Equal(t, 1000, r.opsUntil(1, 2e-3, 36), "2 s of 2 ms ops")
+	assert.Equal(t, 8000, r.opsUntil(2, 2e-3, 36), "then 16 s")
+	assert.Equal(t, 0, r.opsUntil(3, 2e-3, 36), "then none")
+	assert.Equal(t, 8*36, r.opsUntil(1, 0.1, 36), "100 ms ops: 8 trials' worth, not 20 ops")
+	assert.Equal(t, 8*36, r.opsUntil(1, 0, 36), "no time agreed: the floor")
+	assert.Equal(t, 0, Revisit{}.opsUntil(1, 1e-3, 36), "Times 0: never")
+}
+
 // TestTrialKeepsTheFastest feeds a trial synthetic times: each candidate
 // runs RoundsFor(bytes) ops in a row, the first is not counted and of the others the
 // median counts (one slow run does not), and Settle keeps a row faster than
@@ -582,7 +657,7 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 		{"the model's choice slow in its first pass only stays", []int64{5000, 300, 400, 200, 300, 400, 200, 300, 400}, 0},
 		{"within Tie of the fastest, the earlier", []int64{1000, 300, 290, 1000, 300, 290, 1000, 300, 290}, 1},
 	} {
-		assert.Equal(t, c.want, settle(c.times, 3), c.name)
+		assert.Equal(t, c.want, fastest(medians(c.times, 3)), c.name)
 	}
 
 	// Measuring off: the model's choice at once, no trial.

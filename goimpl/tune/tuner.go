@@ -131,6 +131,11 @@ type Tuner struct {
 	// trials holds those under way.
 	measure bool
 	trials  [NumColls][65]*trial
+	// settled holds the classes whose trial ended and that will be
+	// measured again (Revisit), counting their ops.
+	settled [NumColls][65]*trial
+	// Revisit is when settled classes are measured again.
+	Revisit Revisit
 	// warned records, per collective, that a forced choice fell back.
 	warned [NumColls]bool
 	// Logf, when set, receives the priced table once per (collective,
@@ -140,7 +145,7 @@ type Tuner struct {
 
 // New returns a tuner for a group of shape s.
 func New(spec Spec, m Model, s Shape) *Tuner {
-	return &Tuner{spec: spec, model: m, shape: s}
+	return &Tuner{spec: spec, model: m, shape: s, Revisit: DefaultRevisit}
 }
 
 // Shape returns the shape the tuner prices.
