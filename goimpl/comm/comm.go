@@ -243,18 +243,19 @@ func (c *Comm) initTuning(hosts []string, facts meshFacts, inter interLink) erro
 	}
 	m.Segment = c.op.Segment
 	s := tune.Shape{N: c.size, Nodes: c.topo.NumNodes(), PerNode: c.topo.PerNode(), Consecutive: c.topo.Consecutive()}
+	var host mesh.Figures // none where no engine runs the group's rows
 	switch l := c.local; {
 	case l != nil && l.whole:
 		s.Mesh = tune.MeshShape{Whole: true, Ranks: len(l.ranks), SingleCopy: l.singleCopy, Chunk: l.chunk, Share: c.share}
-		m.Host = l.figures
+		host = l.figures
 	case l != nil && facts.level0 && s.PerNode == len(l.ranks) && slices.Equal(l.ranks, c.x.Hier.Local):
 		s.Mesh = tune.MeshShape{Level0: true, Ranks: len(l.ranks), Chunk: facts.chunk, Share: c.share}
-		m.Host = facts.figures
+		host = facts.figures
 	}
 	// Frames between ranks on one machine are copies too: where ranks
 	// share cores, they take turns at them as at the engine's.
 	m.Intra.Bandwidth /= max(c.share, 1)
-	m = m.WithHost(m.Host)
+	m = m.WithHost(host)
 	if l := c.local; l != nil {
 		c.x.Node = l.engine
 		c.op.Node = tune.NodeLegs(l.engine, &c.call)
