@@ -30,10 +30,18 @@ import (
 // A copy moves a byte in and a byte out: traffic t at copy rate r takes
 // t/(2r). Where ranks outnumber the cores they run on (MeshShape.Share),
 // the cores do every rank's traffic in turns: it costs Share times as
-// much. The waits do not: the hand-off was measured under the same
-// crowding. (At 4 ranks on 2 cores the one-shot all-reduce of 16 MiB,
-// priced 6.5 ms without this, took 17 ms and the two-phase 7 ms; with a
-// hand-off measured 2x higher the model took the one-shot in 2 jobs of 10.)
+// much. (At 4 ranks on 2 cores the one-shot all-reduce of 16 MiB, priced
+// 6.5 ms without this, took 17 ms and the two-phase 7 ms.) The waits that
+// begin a phase (the first of a pipeline, each of a schedule that posts
+// nothing ahead) cost a hand-off, which was measured under the same
+// crowding. The later waits of a pipeline cost a hand-off each where every
+// rank has a core, and nothing where they are crowded: the waiting rank's
+// core runs a peer whose work the Share factor has priced already. Priced
+// a hand-off each there too, the two-phase all-reduce's wait a chunk made
+// the choice between it and the one-shot follow the hand-off measured at
+// init (3-10 us between jobs): the one-shot was taken for 16 MiB, 1.35x
+// slower, in 1 job of 8 and 2 of 10, and for 1 MiB whenever the hand-off
+// came out above 6 us.
 
 // aheadChunks mirrors the engine's posting distance (mesh's ahead).
 const aheadChunks = 8
@@ -44,22 +52,30 @@ type meshCost struct {
 	n     float64 // local ranks
 	chunk float64 // bytes of message per chunk
 	share float64 // ranks per core, at least 1
+	later float64 // seconds of each later wait of a pipeline
 }
 
 func newMeshCost(m Model, s Shape) meshCost {
-	return meshCost{f: m.Host, n: float64(max(s.Mesh.Ranks, 1)), chunk: float64(max(s.Mesh.Chunk, 64)),
-		share: max(s.Mesh.Share, 1)}
+	c := meshCost{f: m.Host, n: float64(max(s.Mesh.Ranks, 1)), chunk: float64(max(s.Mesh.Chunk, 64)),
+		share: max(s.Mesh.Share, 1), later: m.Host.HandOff}
+	if c.share > 1 {
+		c.later = 0 // the core runs a peer meanwhile (above)
+	}
+	return c
 }
 
-// waits prices w hand-offs.
+// waits prices w waits that begin a phase.
 func (c meshCost) waits(w float64) float64 { return w * c.f.HandOff }
+
+// laterWaits prices w later waits of a pipeline.
+func (c meshCost) laterWaits(w float64) float64 { return w * c.later }
 
 // pipelined prices the waits of a schedule that posts ahead chunks ahead
 // of the one it reads, over chunks chunks: the first wait in full, then a
 // rank waits only when its peers fall a whole window behind, so the later
-// hand-offs overlap ahead at a time.
+// waits overlap ahead at a time.
 func (c meshCost) pipelined(chunks, ahead float64) float64 {
-	return c.f.HandOff * (1 + (chunks-1)/ahead)
+	return c.waits(1) + c.laterWaits((chunks-1)/ahead)
 }
 
 // chunks returns how many chunks carry S bytes (at least one).
@@ -110,7 +126,7 @@ func meshAllReduce(m Model, s Shape, v mesh.Variant) float64 {
 		// the result written (2S); the buffers: pieces and the reduced
 		// piece written (S); the peers' pieces and reduced pieces read
 		// hot.
-		return c.waits(c.chunks(S)+1) + c.own(2*S, S) + c.region(S) + c.hot(2*(n-1)/n*S)
+		return c.waits(2) + c.laterWaits(c.chunks(S)-1) + c.own(2*S, S) + c.region(S) + c.hot(2*(n-1)/n*S)
 	case mesh.SingleCopy:
 		// Three waits. The peer's half read by the kernel into the
 		// scratch, reduced into the own half in place (the message: read

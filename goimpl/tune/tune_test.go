@@ -423,6 +423,50 @@ func TestLoadedHostKeepsEngine(t *testing.T) {
 	assert.Equal(t, DefaultModel().Intra, bare.Intra, "no figures (no shared memory): the links keep their own")
 }
 
+// TestCrowdedLaterWaits checks how the engine's waits are priced where
+// ranks share cores: the wait that begins a phase costs a hand-off, the
+// later waits of a pipeline nothing (a peer runs on the waiting rank's
+// core), so the all-reduce's choice between the one-shot and two-phase
+// rows no longer follows the hand-off measured at init. Where every rank
+// has a core each later wait still costs a hand-off.
+func TestCrowdedLaterWaits(t *testing.T) {
+	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
+	crowded := four
+	crowded.Mesh.Share = 2
+	priced := func(h float64, s Shape, b float64, name string) float64 {
+		f := testFigures()
+		f.HandOff = h
+		for _, p := range DefaultModel().WithHost(f).Price(AllReduce, s, b, Restriction{}) {
+			if p.Choice.Name() == name {
+				return p.Seconds
+			}
+		}
+		t.Fatalf("no row %s at %v bytes", name, b)
+		return 0
+	}
+	const lo, hi = 3e-6, 30e-6
+	const b = 16 << 20
+	chunks := float64(b / (64 << 10))
+	for _, v := range []struct {
+		name           string
+		alone, crowded float64 // hand-offs priced
+	}{{"mesh.oneshot", 1 + (chunks-1)/aheadChunks, 1}, {"mesh.twophase", chunks + 1, 2}} {
+		assert.InDelta(t, v.alone*(hi-lo), priced(hi, four, b, v.name)-priced(lo, four, b, v.name), 1e-9, "%s, a core each", v.name)
+		assert.InDelta(t, v.crowded*(hi-lo), priced(hi, crowded, b, v.name)-priced(lo, crowded, b, v.name), 1e-9, "%s, crowded", v.name)
+	}
+	spec, err := ParseAlgo("mesh")
+	require.NoError(t, err)
+	for _, h := range []float64{lo, 10e-6, hi} {
+		f := testFigures()
+		f.HandOff = h
+		tu := New(spec, DefaultModel().WithHost(f), crowded)
+		assert.Equal(t, "mesh.oneshot", tu.Choose(AllReduce, 4<<10).Name(), "4 KiB, hand-off %g", h)
+		for _, b := range []int{1 << 20, 16 << 20} {
+			assert.Equal(t, "mesh.twophase", tu.Choose(AllReduce, b).Name(), "%d bytes, hand-off %g\n%s", b, h, tu.Table(AllReduce, b))
+		}
+	}
+}
+
 // TestInfoTable checks the line GOHCCL_DEBUG=INFO prints: every row with
 // its price (the engine's rows among them) and the choice.
 func TestInfoTable(t *testing.T) {
