@@ -48,8 +48,10 @@ def rows_for(coll: str, nproc: int) -> list[str]:
 
 
 # A choice line of GOHCCL_DEBUG=INFO (goimpl/tune: the priced table, or a
-# trial's measured one, then "-> row"), rank 0's.
-CHOICE = re.compile(r"^\[gohccl 0/\d+\] INFO (\w+) \[(\d+)(B|KiB|MiB|GiB), .* -> (\S+)$")
+# trial's measured one, then "-> row", and after a trial when it will be
+# measured again), rank 0's.
+CHOICE = re.compile(r"^\[gohccl 0/\d+\] INFO (\w+) \[(\d+)(B|KiB|MiB|GiB), .* -> (\S+)"
+                    r"(?: \(measured again after \d+ more ops\))?$")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 TUNER_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather",
                "reducescatter": "reduce_scatter", "broadcast": "broadcast"}

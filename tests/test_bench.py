@@ -552,3 +552,28 @@ def test_warmup_rounds():
     assert bench.warmup_rounds(opts, 64 << 10, first=True) == 16
     assert bench.warmup_rounds(opts, 1 << 20, first=True) == 5
     assert bench.warmup_rounds(opts, 64 << 20, first=True) == 5
+
+
+def test_autocheck_reads_the_row_a_trial_kept():
+    """benchmarks/autocheck.py reports the row an automatic job ran from its
+    GOHCCL_DEBUG=INFO lines: a trial's measured line wins over the priced
+    one, also when it says when the class will be measured again (lines as
+    goimpl/tune writes them, from a 2-rank run)."""
+    spec = importlib.util.spec_from_file_location(
+        "_autocheck_under_test", os.path.join(REPO_ROOT, "benchmarks", "autocheck.py"))
+    autocheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(autocheck)
+    log = "\n".join([
+        "[gohccl 1/2] INFO allreduce [1MiB, 2MiB) on 2 ranks (1 nodes): mesh.oneshot 64.5us -> mesh.singlecopy",
+        "[gohccl 0/2] INFO allreduce [1MiB, 2MiB) on 2 ranks (1 nodes): mesh.oneshot 64.5us, "
+        "mesh.twophase 62.5us, ring/1MiB 385.7us -> mesh.twophase",
+        "[gohccl 0/2] INFO allreduce [1MiB, 2MiB): measuring mesh.oneshot, mesh.twophase, 16 ops in a row each, 3 passes",
+        "[gohccl 0/2] INFO allreduce [1MiB, 2MiB) on 2 ranks (1 nodes): measured (slowest rank's medians of 15 "
+        "in a row, in each of 3 passes; the median pass counts): mesh.oneshot 87.6us/71.4us/76.5us, "
+        "mesh.twophase 135.3us/122.9us/132.1us -> mesh.oneshot (measured again after 26132 more ops)",
+        "[gohccl 0/2] INFO broadcast [16KiB, 32KiB) on 2 ranks (1 nodes): mesh.oneshot 7.1us, ring/1MiB 9.0us -> ring/1MiB",
+    ])
+    picks = autocheck.choices(log)
+    assert picks == {("all_reduce", 1 << 20): "mesh.oneshot", ("broadcast", 16 << 10): "ring"}
+    assert autocheck.chosen(picks, "all_reduce", 1536 << 10) == "mesh.oneshot"
+    assert autocheck.chosen(picks, "broadcast", 4096) is None
