@@ -40,8 +40,8 @@ import (
 // a hand-off each there too, the two-phase all-reduce's wait a chunk made
 // the choice between it and the one-shot follow the hand-off measured at
 // init (3-10 us between jobs): the one-shot was taken for 16 MiB, 1.35x
-// slower, in 1 job of 8 and 2 of 10, and for 1 MiB whenever the hand-off
-// came out above 6 us.
+// slower, in 1 job of 8 and 2 of 10, and, with that VM's other figures,
+// for 1 MiB whenever the hand-off came out above 6 us.
 
 // aheadChunks mirrors the engine's posting distance (mesh's ahead).
 const aheadChunks = 8
