@@ -62,12 +62,11 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 		if err != nil {
 			return err
 		}
-		// Ranks 0 and 1 take their own input from buf: the first step
-		// reads both operands before writing. Later ranks' own input is
-		// overwritten by that step, so they read their copy.
+		// Ranks 0 and 1 take their own input from buf (reducesOverOwn);
+		// later ranks read their copy.
 		chunk := buf[i*B : min((i+1)*B, len(buf))]
 		own := chunk
-		if e.me >= 2 {
+		if !reducesOverOwn(e.me) {
 			own = e.slot(e.me, b)[:len(chunk)]
 		}
 		e.reduceInto(chunk, own, b, 0)
@@ -117,7 +116,7 @@ func (e *Engine) twoPhase(s schedule, buf []byte, count, root int) error {
 	// fetched from a peer's cache before it is written: at 2 ranks
 	// (BenchmarkAllReduce, procs=2, two-phase) 1 MiB took 65 us an op
 	// instead of 87 and 16 MiB 1.46 ms instead of 1.78, 64 KiB the same.
-	inPlace := e.me <= 1 && (root < 0 || e.me == root)
+	inPlace := reducesOverOwn(e.me) && (root < 0 || e.me == root)
 	if err := e.postPieces(s, buf, bl, 0); err != nil {
 		return err
 	}
@@ -213,8 +212,8 @@ func (bl blocked) part(r, i int) (lo, hi int) {
 // reduceInto computes dst = x_0 op x_1 op ... op x_(n-1), where x_me is own
 // and x_j is peer j's buffer (of the current chunk, buffer b) from byte off.
 // The order is the same on every rank, so equal inputs give equal bits.
-// dst must not overlap own, except that it may be own exactly on ranks 0
-// and 1, whose input the first step reads before it writes.
+// dst must not overlap own, except that it may be own exactly where
+// reducesOverOwn(e.me).
 func (e *Engine) reduceInto(dst, own []byte, b, off int) {
 	c := e.call
 	x := func(j int) []byte {
@@ -228,6 +227,12 @@ func (e *Engine) reduceInto(dst, own []byte, b, off int) {
 		c.Kernel(dst, x(j))
 	}
 }
+
+// reducesOverOwn reports whether reduceInto may write its result over own
+// input on local rank me: on ranks 0 and 1, whose input the first step
+// reads before it writes; a later rank's would be overwritten before the
+// reduction reaches it.
+func reducesOverOwn(me int) bool { return me <= 1 }
 
 // checkReduce validates a reducing operation's call and buffer length and
 // returns the element size.

@@ -80,14 +80,14 @@ func (e *Engine) reduceScatter(s schedule, in, out []byte, p blocked) error {
 }
 
 // direct reports whether reduceInto may write dst straight from own: they
-// do not overlap, or dst is own exactly on rank 0 or 1.
+// do not overlap, or dst is own exactly where reducesOverOwn(me).
 func direct(dst, own []byte, me int) bool {
 	if len(dst) == 0 {
 		return true
 	}
 	d, o := uintptr(unsafe.Pointer(&dst[0])), uintptr(unsafe.Pointer(&own[0]))
 	if d == o && len(dst) == len(own) {
-		return me <= 1
+		return reducesOverOwn(me)
 	}
 	return d+uintptr(len(dst)) <= o || o+uintptr(len(own)) <= d
 }
