@@ -323,6 +323,19 @@ func testFigures() mesh.Figures {
 		Kernel: []float64{25e9, 16e9, 12e9, 5e9}}
 }
 
+// allReducePrice returns m's price of the all-reduce row name on s moving
+// b bytes.
+func allReducePrice(t *testing.T, m Model, s Shape, b float64, name string) float64 {
+	t.Helper()
+	for _, p := range m.Price(AllReduce, s, b, Restriction{}) {
+		if p.Choice.Name() == name {
+			return p.Seconds
+		}
+	}
+	t.Fatalf("no row %s at %v bytes", name, b)
+	return 0
+}
+
 // TestMeshRows checks the engine's rows in the table: they run only where
 // every rank shares one engine (and single copy only for two ranks that may
 // read each other), GOHCCL_ALGO=mesh restricts the choice to them, a row
@@ -357,15 +370,7 @@ func TestMeshRows(t *testing.T) {
 	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
 	crowded := four
 	crowded.Mesh.Share = 2
-	price := func(s Shape, b float64, name string) float64 {
-		for _, p := range m.Price(AllReduce, s, b, Restriction{}) {
-			if p.Choice.Name() == name {
-				return p.Seconds
-			}
-		}
-		t.Fatalf("no row %s at %v bytes", name, b)
-		return 0
-	}
+	price := func(s Shape, b float64, name string) float64 { return allReducePrice(t, m, s, b, name) }
 	for _, b := range []float64{4 << 10, 16 << 20} {
 		for _, v := range []string{"mesh.oneshot", "mesh.twophase"} {
 			alone, shared := price(four, b, v), price(crowded, b, v)
@@ -436,13 +441,7 @@ func TestCrowdedLaterWaits(t *testing.T) {
 	priced := func(h float64, s Shape, b float64, name string) float64 {
 		f := testFigures()
 		f.HandOff = h
-		for _, p := range DefaultModel().WithHost(f).Price(AllReduce, s, b, Restriction{}) {
-			if p.Choice.Name() == name {
-				return p.Seconds
-			}
-		}
-		t.Fatalf("no row %s at %v bytes", name, b)
-		return 0
+		return allReducePrice(t, DefaultModel().WithHost(f), s, b, name)
 	}
 	const lo, hi = 3e-6, 30e-6
 	const b = 16 << 20
