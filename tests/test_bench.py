@@ -577,3 +577,31 @@ def test_autocheck_reads_the_row_a_trial_kept():
     assert picks == {("all_reduce", 1 << 20): "mesh.oneshot", ("broadcast", 16 << 10): "ring"}
     assert autocheck.chosen(picks, "all_reduce", 1536 << 10) == "mesh.oneshot"
     assert autocheck.chosen(picks, "broadcast", 4096) is None
+
+
+def test_abstats_compares_the_stat_asked_for(tmp_path, capsys):
+    """benchmarks/abstats.py pools ab.sh's jobs by the figure --stat names:
+    here the two variants' medians are equal and their fastest samples 2x
+    apart, so the ratio is 1.00 by default and 2.00 with --stat min."""
+    spec = importlib.util.spec_from_file_location(
+        "_abstats_under_test", os.path.join(REPO_ROOT, "benchmarks", "abstats.py"))
+    abstats = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(abstats)
+    header = "collective,size,label,nranks,time_us,time_us_min,wrong,skipped\n"
+    for variant, fastest in (("a", 5.0), ("b", 10.0)):
+        for job in range(1, 5):
+            (tmp_path / f"{variant}.{job}.csv").write_text(
+                header + f"all_gather,4096,gohccl,2,{20.0 + job},{fastest * (1 + job / 10)},0,\n"
+                + f"all_gather,4096,gloo,2,{900.0 + job},{800.0},0,\n")
+
+    def ratio(*extra):
+        abstats.main([str(tmp_path), "--base", "a", *extra])
+        row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("all_gather")]
+        assert len(row) == 1, row
+        fields = row[0].split()
+        return fields[fields.index("b:") + 2]
+
+    assert ratio() == "1.00"
+    assert ratio("--stat", "min") == "2.00"
+    with pytest.raises(SystemExit):
+        abstats.main([str(tmp_path), "--stat", "mean"])
