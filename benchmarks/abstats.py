@@ -7,10 +7,10 @@ small means the variants differ beyond the jobs' spread) and a bootstrap 90%
 interval of the ratio. A figure is one job's gohccl time (the bench's
 time_us: the slowest rank's median of its samples), so a job counts once
 however many samples it had. With --stat min it is the job's fastest sample
-(time_us_min) instead: what the build costs when nothing in the job got in
-its way, which moves much less from one job to the next on a shared VM than
-the median does, so a step of a microsecond shows in fewer jobs (the median
-still says what users see). Rows that had wrong elements are counted and
+instead (time_us_min: the slowest rank's fastest block of calls): what the
+build costs when nothing in the job got in its way, which moves less from
+one job to the next on a shared VM than the median does, so a step of a
+microsecond shows in fewer jobs (the median still says what users see). Rows that had wrong elements are counted and
 reported, never dropped silently.
 
     .venv/bin/python benchmarks/abstats.py build/ab [--base before] [--label gohccl] [--stat min]
