@@ -126,11 +126,12 @@ func (e *Engine) twoPhase(s schedule, buf []byte, count, root int) error {
 			return err
 		}
 		lo, hi := bl.part(e.me, i)
+		own, reduced := buf[lo:hi], e.slot(e.me, b)[e.me*pb:][:hi-lo]
 		if inPlace {
-			e.reduceInto(buf[lo:hi], buf[lo:hi], b, e.me*pb)
-			copy(e.slot(e.me, b)[e.me*pb:][:hi-lo], buf[lo:hi])
+			e.reduceInto(own, own, b, e.me*pb)
+			copy(reduced, own)
 		} else {
-			e.reduceInto(e.slot(e.me, b)[e.me*pb:][:hi-lo], buf[lo:hi], b, e.me*pb)
+			e.reduceInto(reduced, own, b, e.me*pb)
 		}
 		e.ready[e.me].Store(2*k + 2)
 		if i+1 < chunks {
