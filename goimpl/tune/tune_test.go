@@ -323,6 +323,15 @@ func testFigures() mesh.Figures {
 		Kernel: []float64{25e9, 16e9, 12e9, 5e9}}
 }
 
+// fourRanks returns the shape of 4 ranks sharing one engine with a core
+// each, and the same ranks on 2 cores (crowded).
+func fourRanks() (four, crowded Shape) {
+	four = Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
+	crowded = four
+	crowded.Mesh.Share = 2
+	return four, crowded
+}
+
 // allReducePrice returns m's price of the all-reduce row name on s moving
 // b bytes.
 func allReducePrice(t *testing.T, m Model, s Shape, b float64, name string) float64 {
@@ -367,9 +376,7 @@ func TestMeshRows(t *testing.T) {
 	assert.Equal(t, "mesh.twophase", New(spec, m, two).Choose(AllReduce, 64<<10).Name())
 	// Ranks that share cores take turns at the copies: the one-shot's
 	// (n-1)S of reads cost the more, the waits no more.
-	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
-	crowded := four
-	crowded.Mesh.Share = 2
+	four, crowded := fourRanks()
 	price := func(s Shape, b float64, name string) float64 { return allReducePrice(t, m, s, b, name) }
 	for _, b := range []float64{4 << 10, 16 << 20} {
 		for _, v := range []string{"mesh.oneshot", "mesh.twophase"} {
@@ -435,13 +442,14 @@ func TestLoadedHostKeepsEngine(t *testing.T) {
 // rows no longer follows the hand-off measured at init. Where every rank
 // has a core each later wait still costs a hand-off.
 func TestCrowdedLaterWaits(t *testing.T) {
-	four := Shape{N: 4, Nodes: 1, PerNode: 4, Consecutive: true, Mesh: MeshShape{Whole: true, Ranks: 4, Chunk: 64 << 10}}
-	crowded := four
-	crowded.Mesh.Share = 2
-	priced := func(h float64, s Shape, b float64, name string) float64 {
+	four, crowded := fourRanks()
+	model := func(handOff float64) Model {
 		f := testFigures()
-		f.HandOff = h
-		return allReducePrice(t, DefaultModel().WithHost(f), s, b, name)
+		f.HandOff = handOff
+		return DefaultModel().WithHost(f)
+	}
+	priced := func(h float64, s Shape, b float64, name string) float64 {
+		return allReducePrice(t, model(h), s, b, name)
 	}
 	const lo, hi = 3e-6, 30e-6
 	const b = 16 << 20
@@ -456,9 +464,7 @@ func TestCrowdedLaterWaits(t *testing.T) {
 	spec, err := ParseAlgo("mesh")
 	require.NoError(t, err)
 	for _, h := range []float64{lo, 10e-6, hi} {
-		f := testFigures()
-		f.HandOff = h
-		tu := New(spec, DefaultModel().WithHost(f), crowded)
+		tu := New(spec, model(h), crowded)
 		assert.Equal(t, "mesh.oneshot", tu.Choose(AllReduce, 4<<10).Name(), "4 KiB, hand-off %g", h)
 		for _, b := range []int{1 << 20, 16 << 20} {
 			assert.Equal(t, "mesh.twophase", tu.Choose(AllReduce, b).Name(), "%d bytes, hand-off %g\n%s", b, h, tu.Table(AllReduce, b))
