@@ -10,8 +10,9 @@ however many samples it had. With --stat min it is the job's fastest sample
 instead (time_us_min: the slowest rank's fastest block of calls): what the
 build costs when nothing in the job got in its way, which moves less from
 one job to the next on a shared VM than the median does, so a step of a
-microsecond shows in fewer jobs (the median still says what users see). Rows that had wrong elements are counted and
-reported, never dropped silently.
+microsecond shows in fewer jobs (the median still says what users see).
+Rows that had wrong elements are counted and reported, never dropped
+silently.
 
     .venv/bin/python benchmarks/abstats.py build/ab [--base before] [--label gohccl] [--stat min]
 """

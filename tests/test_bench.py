@@ -44,6 +44,16 @@ def _load_bench():
 
 bench = _load_bench()
 
+
+def _load_script(name):
+    """benchmarks/<name>.py as a module, without running its main."""
+    spec = importlib.util.spec_from_file_location(
+        f"_{name}_under_test", os.path.join(REPO_ROOT, "benchmarks", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 # Every field a row of --json carries.
 ROW_FIELDS = {
     "collective", "size", "count", "dtype", "type", "redop", "root", "label", "backend",
@@ -559,10 +569,7 @@ def test_autocheck_reads_the_row_a_trial_kept():
     GOHCCL_DEBUG=INFO lines: a trial's measured line wins over the priced
     one, also when it says when the class will be measured again (lines as
     goimpl/tune writes them, from a 2-rank run)."""
-    spec = importlib.util.spec_from_file_location(
-        "_autocheck_under_test", os.path.join(REPO_ROOT, "benchmarks", "autocheck.py"))
-    autocheck = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(autocheck)
+    autocheck = _load_script("autocheck")
     log = "\n".join([
         "[gohccl 1/2] INFO allreduce [1MiB, 2MiB) on 2 ranks (1 nodes): mesh.oneshot 64.5us -> mesh.singlecopy",
         "[gohccl 0/2] INFO allreduce [1MiB, 2MiB) on 2 ranks (1 nodes): mesh.oneshot 64.5us, "
@@ -583,10 +590,7 @@ def test_abstats_compares_the_stat_asked_for(tmp_path, capsys):
     """benchmarks/abstats.py pools ab.sh's jobs by the figure --stat names:
     here the two variants' medians are equal and their fastest samples 2x
     apart, so the ratio is 1.00 by default and 2.00 with --stat min."""
-    spec = importlib.util.spec_from_file_location(
-        "_abstats_under_test", os.path.join(REPO_ROOT, "benchmarks", "abstats.py"))
-    abstats = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(abstats)
+    abstats = _load_script("abstats")
     header = "collective,size,label,nranks,time_us,time_us_min,wrong,skipped\n"
     for variant, fastest in (("a", 5.0), ("b", 10.0)):
         for job in range(1, 5):
