@@ -2,8 +2,10 @@ package mesh
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -215,6 +217,11 @@ func (e *Engine) exchangeAddress(s schedule, k uint64, b int, buf []byte) (pid i
 // readFrom fills dst from the peer's memory at addr.
 func (e *Engine) readFrom(peer, pid int, dst []byte, addr uintptr) error {
 	if err := e.readPeer(pid, dst, addr); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			// The peer's process is gone (killed, or exited in the
+			// collective): the peer is lost, which no wait would learn.
+			err = fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
+		}
 		return fmt.Errorf("%s: reading %d bytes of %s's buffer (process %d): %w",
 			describeOp(&e.call.Stamp), len(dst), e.who(peer), pid, err)
 	}
