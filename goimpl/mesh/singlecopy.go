@@ -219,7 +219,8 @@ func (e *Engine) readFrom(peer, pid int, dst []byte, addr uintptr) error {
 	if err := e.readPeer(pid, dst, addr); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
 			// The peer's process is gone (killed, or exited in the
-			// collective): the peer is lost, which no wait would learn.
+			// collective): the peer is lost, known here before any wait
+			// of this rank's would learn it.
 			err = fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 		}
 		return fmt.Errorf("%s: reading %d bytes of %s's buffer (process %d): %w",
