@@ -2,8 +2,11 @@ package shm
 
 import (
 	"os"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -162,4 +165,76 @@ func TestBusyLearnsHowSoonPeersAnswer(t *testing.T) {
 	crowded := p
 	crowded.Busy = &Busy{CPUs: 2, Always: true, Crowded: true}
 	require.Equal(t, p.BusySpin, plan(&crowded))
+}
+
+// A thread that keeps the waiter's core (a compute thread, pinned to it
+// here) takes it for a scheduler slice on the waiter's first sched_yield:
+// the kernel's own scheduling, not a test hook, makes the host busy, and
+// the next wait plans to sleep after its spin instead of yielding.
+func TestComputeOnTheWaitersCoreMakesTheHostBusy(t *testing.T) {
+	cpu, err := firstCPU()
+	require.NoError(t, err)
+	// The compute thread and the waiter each keep a P; the writer needs one.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+
+	stop := make(chan struct{})
+	defer close(stop)
+	pinned := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread exits with the goroutine
+		pinned <- pinTo(cpu)
+		for n := 0; ; n++ {
+			if n%1024 == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}
+	}()
+	require.NoError(t, <-pinned)
+
+	b := &Busy{CPUs: 2, Runnable: func() float64 { return 1 }} // the runnable count says idle
+	p := Policy{Spin: 10 * time.Microsecond, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: b}
+	c := CounterAt(make([]byte, CounterSize), 0)
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		if err := pinTo(cpu); err != nil {
+			done <- err
+			return
+		}
+		go func() { time.Sleep(20 * time.Millisecond); c.Store(1) }()
+		done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, &p)
+	}()
+	require.NoError(t, <-done)
+	until := time.Duration(b.until.Load())
+	require.NotZero(t, until, "the wait's yield lost its core to the compute thread")
+	_, yieldFor, _, _ := p.spinPlan(until - time.Microsecond)
+	require.Zero(t, yieldFor, "a wait while that holds sleeps after its spin")
+}
+
+// firstCPU returns the lowest core this thread may run on.
+func firstCPU() (int, error) {
+	var mask [16]uint64
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0]))); e != 0 {
+		return 0, e
+	}
+	for i := range len(mask) * 64 {
+		if mask[i/64]&(1<<(i%64)) != 0 {
+			return i, nil
+		}
+	}
+	return 0, syscall.EINVAL
+}
+
+// pinTo binds the calling thread to one core.
+func pinTo(cpu int) error {
+	var mask [16]uint64
+	mask[cpu/64] = 1 << (cpu % 64)
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0]))); e != 0 {
+		return e
+	}
+	return nil
 }
