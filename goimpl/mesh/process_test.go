@@ -92,7 +92,10 @@ func startChild(tb testing.TB, role string, budget int) *proc {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	p := &proc{ctl: ctl.Bytes(), done: make(chan error, 1)}
 	p.cmd = exec.CommandContext(ctx, os.Args[0])
-	p.cmd.Env = append(os.Environ(), childRole+"="+role, childSegment+"="+name, childBudget+"="+strconv.Itoa(budget))
+	// The child runs the schedules this process runs now (withSchedules
+	// changes them between subtests), and single copy with them.
+	p.cmd.Env = append(os.Environ(), childRole+"="+role, childSegment+"="+name, childBudget+"="+strconv.Itoa(budget),
+		"GOHCCL_MESH_TEST_SCHEDULES="+schedules)
 	p.cmd.Stdout, p.cmd.Stderr = os.Stdout, &p.stderr
 	require.NoError(tb, p.cmd.Start())
 	go func() {
@@ -102,6 +105,7 @@ func startChild(tb testing.TB, role string, budget int) *proc {
 	}()
 	e, err := Attach(seg.Bytes(), 2, 0, budget, testOptions(2))
 	require.NoError(tb, err)
+	e.SetSingleCopy(schedules == "singlecopy")
 	p.e = e
 	tb.Cleanup(func() {
 		p.cmd.Process.Kill()
@@ -294,9 +298,7 @@ func TestTwoProcesses(t *testing.T) {
 	for _, budget := range []int{MinBudget, 8 << 20} {
 		t.Run(fmt.Sprint(budget), func(t *testing.T) {
 			withSchedules(t, 2, func(t *testing.T) {
-				t.Setenv("GOHCCL_MESH_TEST_SCHEDULES", schedules)
 				p := startChild(t, "check", budget)
-				p.e.SetSingleCopy(schedules == "singlecopy")
 				require.NoError(t, checkScript(p.e, 0))
 				require.NoError(t, p.wait(t))
 			})
@@ -310,9 +312,7 @@ func TestTwoProcesses(t *testing.T) {
 func TestKilledPeer(t *testing.T) {
 	for _, withStop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stop=%v", withStop), func(t *testing.T) {
-			t.Setenv("GOHCCL_MESH_TEST_SCHEDULES", schedules) // the child serves what this rank calls
 			p := startChild(t, "serve", MinBudget)
-			p.e.SetSingleCopy(schedules == "singlecopy")
 			if withStop {
 				p.e.SetStop(func() error {
 					if p.exited.Load() {
