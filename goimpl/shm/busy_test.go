@@ -3,12 +3,11 @@ package shm
 import (
 	"os"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestParseRunnable(t *testing.T) {
@@ -217,24 +216,21 @@ func TestComputeOnTheWaitersCoreMakesTheHostBusy(t *testing.T) {
 
 // firstCPU returns the lowest core this thread may run on.
 func firstCPU() (int, error) {
-	var mask [16]uint64
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0]))); e != 0 {
-		return 0, e
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, err
 	}
-	for i := range len(mask) * 64 {
-		if mask[i/64]&(1<<(i%64)) != 0 {
-			return i, nil
+	for cpu := range len(set) * 64 {
+		if set.IsSet(cpu) {
+			return cpu, nil
 		}
 	}
-	return 0, syscall.EINVAL
+	return 0, unix.EINVAL
 }
 
 // pinTo binds the calling thread to one core.
 func pinTo(cpu int) error {
-	var mask [16]uint64
-	mask[cpu/64] = 1 << (cpu % 64)
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0]))); e != 0 {
-		return e
-	}
-	return nil
+	var set unix.CPUSet
+	set.Set(cpu)
+	return unix.SchedSetaffinity(0, &set)
 }
