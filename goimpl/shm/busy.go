@@ -16,40 +16,47 @@ import (
 // now: whether a rank that spins (or polls with sched_yield) while it waits
 // would hold a core that another runnable thread needs: the awaited peer,
 // another rank, or the job's own compute (backward's threads, a data
-// loader). A poller that yields gets the core back only after the thread
-// it yielded to has had its scheduler slice (milliseconds), where a sleeper
-// woken on the futex is placed at once; so a busy host makes waits sleep
-// after their spin instead of polling on with sched_yield, and the spin is
-// the full one only while most recent waits were answered within it
-// (Answered, Quick): there the awaited peer has a core too and a spin saves
-// a futex round trip, where a peer that answers later (descheduled by the
-// compute) would only have the spin hold a core the compute needs. A
-// crowded host, where the threads that want the cores are the ranks
+// loader). A poller that yields to a thread that keeps the core (a compute
+// thread) gets it back only after that thread's scheduler slice
+// (milliseconds), where a sleeper woken on the futex is placed at once; a
+// poller that yields to threads that give the core back at once (another
+// backend's polling threads, a short-lived kernel thread) sees its peer
+// sooner than a sleeper, whose wake-up costs tens of microseconds where its
+// core has gone idle. So the evidence comes in two strengths (Cores):
+//
+//   - CoresShared: the host's runnable threads, from /proc/loadavg (read
+//     at most once a millisecond per process), averaged over the last
+//     samples, are at least one more than the cores this process may use:
+//     while this thread runs, some other thread waits for a core, most of
+//     the time. Which kind of thread that is the count cannot say, so the
+//     wait keeps its yield phase, and a yield that loses the core for a
+//     slice turns the verdict to CoresTaken. What the count does change is
+//     the spin: the full one only while most recent waits were answered
+//     within it (Answered, Quick), since a peer that answers later has
+//     lost its core and spinning for it only holds a core someone needs.
+//     A moment's crowd (a short-lived process, a kernel thread) does not
+//     count: spinning through it costs that thread a little and saves this
+//     one a futex wake-up.
+//   - CoresTaken: a waiter's own polls were interrupted for longer than
+//     Preempted (it was descheduled), or a sched_yield took that long
+//     (another thread kept the core): some thread keeps the cores, and for
+//     BusyFor after that waits sleep after their spin instead of
+//     yield-polling. GOHCCL_WAIT=sleep and a crowded host are taken
+//     always.
+//
+// A crowded host, where the threads that want the cores are the ranks
 // themselves, always makes the spin short (Policy.BusySpin) and its polls
-// yield.
-//
-// The evidence, all measured while the job runs:
-//   - the host's runnable threads, from /proc/loadavg (read at most once a
-//     millisecond per process), averaged over the last samples, are at
-//     least one more than the cores this process may use: while this
-//     thread runs, some other thread waits for a core, most of the time
-//     (a compute thread per rank). A moment's crowd (a short-lived
-//     process, a kernel thread) does not count: spinning through it costs
-//     that thread a little and saves this one a futex wake-up;
-//   - a waiter's own polls were interrupted for longer than Preempted: it
-//     was descheduled, so some thread wanted its core;
-//   - a sched_yield took longer than Preempted: another thread ran.
-//
-// The last two hold for BusyFor after they are seen. A Busy is safe for
-// concurrent use; the zero value, and a nil *Busy, never report busy.
+// yield. A Busy is safe for concurrent use; the zero value, and a nil
+// *Busy, never report busy.
 type Busy struct {
 	// CPUs is how many cores the host has online (HostCPUs): what the
 	// host's runnable threads are compared with. Not this process's
 	// affinity: a rank bound to one core (mpirun's default) shares a host
 	// whose runnable threads run on all of them.
 	CPUs int
-	// Always says the host is busy whatever it shows (GOHCCL_WAIT=sleep,
-	// or more local ranks than the cores they may run on).
+	// Always says the host's cores are taken whatever it shows
+	// (GOHCCL_WAIT=sleep, or more local ranks than the cores they may run
+	// on).
 	Always bool
 	// Crowded says the threads that want the cores are mostly the ranks
 	// themselves (more local ranks than cores): a busy wait's polls then
@@ -143,13 +150,29 @@ func ParseCPUList(s string) int {
 	return n
 }
 
-// Taken reports whether waits should treat the cores as taken now.
-func (b *Busy) Taken(now time.Duration) bool {
+// Cores is what the evidence says of the host's cores at one moment.
+type Cores uint8
+
+const (
+	// CoresFree: a core for every runnable thread, as far as anything
+	// shows.
+	CoresFree Cores = iota
+	// CoresShared: more runnable threads than cores on average, and no
+	// wait has lost its core lately.
+	CoresShared
+	// CoresTaken: a wait lost its core within BusyFor (or the host is
+	// taken always).
+	CoresTaken
+)
+
+// Cores says what waits starting at now should take the host's cores to
+// be.
+func (b *Busy) Cores(now time.Duration) Cores {
 	if b == nil || b.CPUs <= 0 {
-		return false
+		return CoresFree
 	}
 	if b.Always || int64(now) < b.until.Load() {
-		return true
+		return CoresTaken
 	}
 	var n float64
 	if b.Runnable != nil {
@@ -157,7 +180,10 @@ func (b *Busy) Taken(now time.Duration) bool {
 	} else {
 		n = hostRunnable(now)
 	}
-	return n >= float64(b.CPUs+1)
+	if n >= float64(b.CPUs+1) {
+		return CoresShared
+	}
+	return CoresFree
 }
 
 // Saw records that a wait lost its core at now.

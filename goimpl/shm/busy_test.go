@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -63,22 +64,24 @@ func TestParseCPUList(t *testing.T) {
 
 func TestBusyEvidence(t *testing.T) {
 	var none *Busy
-	require.False(t, none.Taken(since()), "no evidence, never busy")
+	require.Equal(t, CoresFree, none.Cores(since()), "no evidence, never busy")
 	none.Saw(since()) // a nil Busy ignores what it is told
 
 	runnable := 1.0
 	b := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
-	require.False(t, b.Taken(since()), "fewer runnable threads than cores")
+	require.Equal(t, CoresFree, b.Cores(since()), "fewer runnable threads than cores")
 	runnable = 2.9
-	require.False(t, b.Taken(since()), "now and then a thread more than cores")
+	require.Equal(t, CoresFree, b.Cores(since()), "now and then a thread more than cores")
 	runnable = 3
-	require.True(t, b.Taken(since()), "a thread waiting for a core all along")
+	require.Equal(t, CoresShared, b.Cores(since()), "a thread waiting for a core all along")
 	runnable = 1
 	now := since()
 	b.Saw(now)
-	require.True(t, b.Taken(now+BusyFor/2), "a seen preemption holds for BusyFor")
-	require.False(t, b.Taken(now+BusyFor+time.Millisecond), "and then lapses")
-	require.True(t, (&Busy{CPUs: 2, Always: true, Runnable: func() float64 { return 0 }}).Taken(since()))
+	require.Equal(t, CoresTaken, b.Cores(now+BusyFor/2), "a seen preemption holds for BusyFor")
+	require.Equal(t, CoresFree, b.Cores(now+BusyFor+time.Millisecond), "and then lapses")
+	runnable = 3
+	require.Equal(t, CoresTaken, b.Cores(now+BusyFor/2), "a lost core outweighs the count")
+	require.Equal(t, CoresTaken, (&Busy{CPUs: 2, Always: true, Runnable: func() float64 { return 0 }}).Cores(since()))
 	crowded := NewBusy(2, true, false)
 	require.True(t, crowded.Always && crowded.Crowded, "more ranks than cores: always busy, and yielding pays")
 	sleep := NewBusy(2, false, true)
@@ -86,15 +89,18 @@ func TestBusyEvidence(t *testing.T) {
 	require.False(t, NewBusy(2, false, false).Always)
 }
 
-// A busy host makes a waiter sleep after its spin, however long the idle
-// yield phase; a crowded one after BusySpin, however long Spin; an idle one
-// keeps polling through both.
+// Cores taken make a waiter sleep after its spin, however long the idle
+// yield phase; a runnable count alone keeps the yield phase; a crowded
+// host sleeps after BusySpin, however long Spin; an idle one keeps polling
+// through both.
 func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
 	const spin = 100 * time.Millisecond
-	mem := make([]byte, 3*CounterSize)
+	mem := make([]byte, 4*CounterSize)
 	runnable := 8.0
-	busy := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
-	p := Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: busy}
+	shared := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
+	policy := func(b *Busy) *Policy {
+		return &Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: b}
+	}
 	done := make(chan error, 1)
 	wait := func(c *Counter, p *Policy) {
 		go func() { done <- c.WaitAtLeast(1, time.Now().Add(time.Minute), nil, p) }()
@@ -102,75 +108,106 @@ func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
 	// pollsFor checks that c's waiter is still awake after d; a
 	// waiter that lost its core meanwhile (the preemption evidence) may
 	// sleep early, and then nothing is asserted.
-	pollsFor := func(c *Counter, d time.Duration) {
+	pollsFor := func(c *Counter, p *Policy, d time.Duration) {
 		time.Sleep(d)
-		if sleepers := c.Sleepers(); busy.until.Load() == 0 {
+		if sleepers := c.Sleepers(); p.Busy.until.Load() == 0 {
 			require.Zero(t, sleepers, "the waiter should still poll after %v", d)
 		}
 	}
 
+	taken := policy(&Busy{CPUs: 2, Always: true})
 	c := CounterAt(mem, 0)
-	wait(c, &p)
-	pollsFor(c, spin/5) // a busy host's waiter spins as an idle one's does
-	untilAsleep(c)      // and then sleeps, where an idle one would yield-poll for an hour
+	wait(c, taken)
+	pollsFor(c, taken, spin/5) // a busy host's waiter spins as an idle one's does
+	untilAsleep(c)             // and then sleeps, where an idle one would yield-poll for an hour
+	c.Store(1)
+	require.NoError(t, <-done)
+
+	c = CounterAt(mem, CounterSize)
+	wait(c, policy(shared))
+	pollsFor(c, policy(shared), spin+spin/2) // the count alone: it yield-polls past its spin
 	c.Store(1)
 	require.NoError(t, <-done)
 
 	crowded := Policy{Spin: time.Hour, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond,
 		Busy: &Busy{CPUs: 2, Always: true, Crowded: true}}
-	c = CounterAt(mem, CounterSize)
+	c = CounterAt(mem, 2*CounterSize)
 	wait(c, &crowded)
 	untilAsleep(c) // Spin alone would poll for an hour
 	c.Store(1)
 	require.NoError(t, <-done)
 
 	runnable = 1
-	c = CounterAt(mem, 2*CounterSize)
-	wait(c, &p)
-	pollsFor(c, spin+spin/2) // an idle host's waiter yield-polls past its spin
+	c = CounterAt(mem, 3*CounterSize)
+	wait(c, policy(shared))
+	pollsFor(c, policy(shared), spin+spin/2) // an idle host's waiter yield-polls past its spin
 	c.Store(1)
 	require.NoError(t, <-done)
 }
 
 // A busy host's waits spin the full Spin while their peers answer within
-// it, and only BusySpin once most answer later; a crowded one always
-// spins BusySpin.
+// it, and only BusySpin once most answer later, whether the cores are
+// taken (no yield phase) or shared by the runnable count (a yield phase,
+// whose waits count too); a crowded one always spins BusySpin.
 func TestBusyLearnsHowSoonPeersAnswer(t *testing.T) {
 	const spin = 5 * time.Millisecond
-	p := Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: &Busy{CPUs: 2, Always: true}}
-	c := CounterAt(make([]byte, CounterSize), 0)
-	v := uint64(0)
-	answerAfter := func(d time.Duration) {
-		v++
-		go func(v uint64) { time.Sleep(d); c.Store(v) }(v)
-		require.NoError(t, c.WaitAtLeast(v, time.Now().Add(time.Minute), nil, &p))
-	}
-	plan := func(p *Policy) time.Duration {
-		s, yieldFor, _, _ := p.spinPlan(since())
-		require.Zero(t, yieldFor, "a busy host's waits do not yield-poll")
-		return s
-	}
+	for _, tc := range []struct {
+		name  string
+		busy  *Busy
+		yield bool
+	}{
+		{"taken", &Busy{CPUs: 2, Always: true}, false},
+		{"shared", &Busy{CPUs: 2, Runnable: func() float64 { return 8 }}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Spin: spin, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: tc.busy}
+			c := CounterAt(make([]byte, CounterSize), 0)
+			v := uint64(0)
+			answerAfter := func(d time.Duration) {
+				v++
+				go func(v uint64) { time.Sleep(d); c.Store(v) }(v)
+				require.NoError(t, c.WaitAtLeast(v, time.Now().Add(time.Minute), nil, &p))
+			}
+			plan := func(p *Policy) time.Duration {
+				s, yieldFor, _, _ := p.spinPlan(since())
+				if tc.busy.until.Load() == 0 { // no wait lost its core meanwhile
+					require.Equal(t, tc.yield, yieldFor > 0, "a yield phase only where the count alone says busy")
+				}
+				return s
+			}
 
-	require.Equal(t, spin, plan(&p), "before any wait: the full spin")
-	for range 12 {
-		answerAfter(4 * spin)
-	}
-	require.Equal(t, p.BusySpin, plan(&p), "peers that answer after the spin: the short one")
-	for range 24 {
-		answerAfter(spin / 5) // past BusySpin: these waits sleep, and learn from the writer's stamp
-	}
-	require.Equal(t, spin, plan(&p), "peers that answer within the spin again: the full one")
+			require.Equal(t, spin, plan(&p), "before any wait: the full spin")
+			for range 12 {
+				answerAfter(4 * spin)
+			}
+			require.Equal(t, p.BusySpin, plan(&p), "peers that answer after the spin: the short one")
+			for range 24 {
+				answerAfter(spin / 5) // past BusySpin: these waits sleep or yield-poll, and learn
+			}
+			require.Equal(t, spin, plan(&p), "peers that answer within the spin again: the full one")
 
-	crowded := p
-	crowded.Busy = &Busy{CPUs: 2, Always: true, Crowded: true}
-	require.Equal(t, p.BusySpin, plan(&crowded))
+			crowded := p
+			crowded.Busy = &Busy{CPUs: 2, Always: true, Crowded: true}
+			s, yieldFor, yield, _ := crowded.spinPlan(since())
+			require.Equal(t, p.BusySpin, s)
+			require.True(t, yield && yieldFor == 0, "a crowded host's spin yields, and it has no yield phase")
+		})
+	}
 }
 
 // A thread that keeps the waiter's core (a compute thread, pinned to it
 // here) takes it for a scheduler slice on the waiter's first sched_yield:
 // the kernel's own scheduling, not a test hook, makes the host busy, and
-// the next wait plans to sleep after its spin instead of yielding.
+// the next wait plans to sleep after its spin instead of yielding. So it
+// goes whether the runnable count said idle or shared: the count keeps the
+// yield phase, and the yield is what finds the compute.
 func TestComputeOnTheWaitersCoreMakesTheHostBusy(t *testing.T) {
+	for _, runnable := range []float64{1, 8} {
+		t.Run(fmt.Sprintf("runnable=%v", runnable), func(t *testing.T) { computeOnTheWaitersCore(t, runnable) })
+	}
+}
+
+func computeOnTheWaitersCore(t *testing.T, runnable float64) {
 	cpu, err := firstCPU()
 	require.NoError(t, err)
 	// The compute thread and the waiter each keep a P; the writer needs one.
@@ -194,7 +231,7 @@ func TestComputeOnTheWaitersCoreMakesTheHostBusy(t *testing.T) {
 	}()
 	require.NoError(t, <-pinned)
 
-	b := &Busy{CPUs: 2, Runnable: func() float64 { return 1 }} // the runnable count says idle
+	b := &Busy{CPUs: 2, Runnable: func() float64 { return runnable }}
 	p := Policy{Spin: 10 * time.Microsecond, YieldFor: time.Hour, BusySpin: 10 * time.Microsecond, Busy: b}
 	c := CounterAt(make([]byte, CounterSize), 0)
 	done := make(chan error)
@@ -210,6 +247,7 @@ func TestComputeOnTheWaitersCoreMakesTheHostBusy(t *testing.T) {
 	require.NoError(t, <-done)
 	until := time.Duration(b.until.Load())
 	require.NotZero(t, until, "the wait's yield lost its core to the compute thread")
+	require.Equal(t, CoresTaken, b.Cores(until-time.Microsecond))
 	_, yieldFor, _, _ := p.spinPlan(until - time.Microsecond)
 	require.Zero(t, yieldFor, "a wait while that holds sleeps after its spin")
 }

@@ -82,12 +82,13 @@ type Policy struct {
 	// Yield gives the core away between polls of the spin.
 	Yield bool
 	// YieldFor is how long to keep polling after Spin, giving the core
-	// away (sched_yield) between polls, before sleeping, while the host is
-	// not busy: on an idle host a futex wake-up costs tens of
-	// microseconds (the woken core leaves its idle state), which a
-	// pipelined schedule would pay on every chunk; a yielding poller sees
-	// its peer at once. Waits longer than this (a peer still computing)
-	// sleep.
+	// away (sched_yield) between polls, before sleeping, unless a wait
+	// has lost its core lately (CoresTaken): on an idle host a futex
+	// wake-up costs tens of microseconds (the woken core leaves its idle
+	// state), which a pipelined schedule would pay on every chunk; a
+	// yielding poller sees its peer at once. Waits longer than this (a
+	// peer still computing) sleep, and so does a wait whose yield loses
+	// the core for a slice.
 	YieldFor time.Duration
 	// BusySpin replaces Spin while the host is busy and most of the
 	// communicator's recent busy waits were answered only after Spin
@@ -112,20 +113,29 @@ var DefaultPolicy = Policy{Spin: 50 * time.Microsecond, YieldFor: 2 * time.Milli
 // spinPlan is what one wait will do before it sleeps, and whether it
 // should tell Busy how soon it was answered.
 func (p *Policy) spinPlan(now time.Duration) (spin, yieldFor time.Duration, yield, learn bool) {
-	if p.Busy.Taken(now) {
-		// Yielding polls hand the core to whoever is runnable: with more
-		// ranks than cores that is mostly the awaited peer, so they pay;
-		// with compute threads it is a thread that keeps the core for a
-		// whole slice, so they do not, and the wait sleeps after its spin.
-		if p.Busy.Crowded {
-			return min(p.Spin, p.BusySpin), 0, true, false
-		}
-		if p.Busy.Quick() {
-			return p.Spin, 0, false, true
-		}
-		return min(p.Spin, p.BusySpin), 0, false, true
+	cores := p.Busy.Cores(now)
+	if cores == CoresFree {
+		return p.Spin, p.YieldFor, p.Yield, false
 	}
-	return p.Spin, p.YieldFor, p.Yield, false
+	// Yielding polls hand the core to whoever is runnable: with more
+	// ranks than cores that is mostly the awaited peer, so they pay.
+	if p.Busy.Crowded {
+		return min(p.Spin, p.BusySpin), 0, true, false
+	}
+	spin = p.Spin
+	if !p.Busy.Quick() {
+		spin = min(p.Spin, p.BusySpin)
+	}
+	// With a thread that keeps the core (a compute thread), a yield gives
+	// it away for a whole slice, so a wait sleeps after its spin once one
+	// has (CoresTaken). The runnable count alone cannot tell such a
+	// thread from one that gives the core back at once, so under it the
+	// wait keeps its yield phase, whose first yield that loses the core
+	// ends it.
+	if cores == CoresShared {
+		yieldFor = p.YieldFor
+	}
+	return spin, yieldFor, false, true
 }
 
 // SpinFor is how long a wait starting now spins before anything else, and
@@ -214,6 +224,7 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 	}
 	for i := 0; yieldFor > 0; i++ {
 		if c.v.Load() >= v {
+			answered(false)
 			return nil
 		}
 		t := since()
