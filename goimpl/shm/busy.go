@@ -25,8 +25,8 @@ import (
 // core has gone idle. So the evidence comes in two strengths (Cores):
 //
 //   - CoresShared: the host's runnable threads, from /proc/loadavg (read
-//     at most once a millisecond per process), averaged over the last
-//     samples, are at least one more than the cores this process may use:
+//     at most once a millisecond per process, by waits that outlast their
+//     spin: Sample), averaged over the last samples, are at least one more than the cores this process may use:
 //     while this thread runs, some other thread waits for a core, most of
 //     the time. Which kind of thread that is the count cannot say, so the
 //     wait keeps its yield phase, and a yield that loses the core for a
@@ -174,16 +174,25 @@ func (b *Busy) Cores(now time.Duration) Cores {
 	if b.Always || int64(now) < b.until.Load() {
 		return CoresTaken
 	}
-	var n float64
+	n := runnableAverage()
 	if b.Runnable != nil {
 		n = b.Runnable()
-	} else {
-		n = hostRunnable(now)
 	}
 	if n >= float64(b.CPUs+1) {
 		return CoresShared
 	}
 	return CoresFree
+}
+
+// Sample folds the host's runnable threads into the average Cores reads,
+// at most once a millisecond per process. A wait calls it once it has
+// outlasted its spin, where the read (about a microsecond, a system call)
+// is hidden in a wait that is long anyway; read where a wait begins, it
+// landed in the first timed calls of a benchmark's block now and then.
+func (b *Busy) Sample(now time.Duration) {
+	if b != nil && b.CPUs > 0 && !b.Always && b.Runnable == nil {
+		sampleRunnable(now)
+	}
 }
 
 // Saw records that a wait lost its core at now.
@@ -215,12 +224,17 @@ var runnable struct {
 	avg  atomic.Uint64 // float64 bits: the average
 }
 
-// hostRunnable returns how many threads the host has had running or ready
-// to run, on average over its last samples (0 where /proc/loadavg cannot be
-// read: no evidence).
-func hostRunnable(now time.Duration) float64 {
+// runnableAverage returns how many threads the host has had running or
+// ready to run, on average over the samples so far (0 before the first, or
+// where /proc/loadavg cannot be read: no evidence).
+func runnableAverage() float64 { return math.Float64frombits(runnable.avg.Load()) }
+
+// sampleRunnable reads /proc/loadavg's runnable count into the average,
+// unless the last sample is younger than runnableEvery, and returns the
+// average.
+func sampleRunnable(now time.Duration) float64 {
 	if at := runnable.at.Load(); at != 0 && int64(now)-at < int64(runnableEvery) {
-		return math.Float64frombits(runnable.avg.Load())
+		return runnableAverage()
 	}
 	runnable.once.Do(func() {
 		runnable.fd = -1

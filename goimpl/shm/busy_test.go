@@ -25,8 +25,37 @@ func TestParseRunnable(t *testing.T) {
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		require.GreaterOrEqual(t, ParseRunnable(b), 1, "this test's own thread runs: %q", b)
-		require.GreaterOrEqual(t, hostRunnable(since()), 1.0)
+		require.GreaterOrEqual(t, sampleRunnable(since()), 1.0)
 	}
+}
+
+// The runnable average is read from /proc/loadavg only in waits that
+// outlast their spin: a wait answered at once, or within its spin, makes
+// no system call for it; one past its spin folds a sample in.
+func TestOnlyLongWaitsSampleTheRunnableThreads(t *testing.T) {
+	if _, err := os.ReadFile("/proc/loadavg"); err != nil {
+		t.Skip("no /proc/loadavg")
+	}
+	p := Policy{Spin: 20 * time.Millisecond, YieldFor: time.Hour, Busy: &Busy{CPUs: 2}}
+	c := CounterAt(make([]byte, CounterSize), 0)
+	wait := func(v uint64, after time.Duration) {
+		go func() { time.Sleep(after); c.Store(v) }()
+		require.NoError(t, c.WaitAtLeast(v, time.Now().Add(time.Minute), nil, &p))
+	}
+	runnable.at.Store(0)
+	wait(1, time.Millisecond)     // within the spin
+	if p.Busy.until.Load() == 0 { // it kept its core: a lost one ends the spin early
+		require.Zero(t, runnable.at.Load(), "a wait answered within its spin read nothing")
+	}
+	before := since()
+	wait(2, 2*p.Spin) // past it
+	require.GreaterOrEqual(t, runnable.at.Load(), int64(before), "a wait past its spin took a sample")
+	require.GreaterOrEqual(t, runnableAverage(), 1.0, "the sampler's own thread runs")
+
+	at := runnable.at.Load()
+	(&Busy{CPUs: 2, Always: true}).Sample(time.Duration(at) + time.Hour)
+	(&Busy{CPUs: 2, Runnable: func() float64 { return 8 }}).Sample(time.Duration(at) + time.Hour)
+	require.Equal(t, at, runnable.at.Load(), "no sample where the verdict does not read it")
 }
 
 // The runnable average starts at the sampler's own thread: one crowded

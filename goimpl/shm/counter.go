@@ -222,6 +222,9 @@ func (c *Counter) WaitAtLeastPolling(v uint64, deadline time.Time, stop func() e
 			}
 		}
 	}
+	// The wait outlasted its spin: a moment to read the host's runnable
+	// threads that costs no one a wait.
+	p.Busy.Sample(since())
 	for i := 0; yieldFor > 0; i++ {
 		if c.v.Load() >= v {
 			answered(false)
