@@ -28,9 +28,10 @@ import (
 //     at most once a millisecond per process, by waits that outlast their
 //     spin: Sample), averaged over the last samples, are at least one
 //     more than the cores this process may use: while this thread runs,
-//     some other thread waits for a core, most of the time. Which kind of thread that is the count cannot say, so the
-//     wait keeps its yield phase, and a yield that loses the core for a
-//     slice turns the verdict to CoresTaken. What the count does change is
+//     some other thread waits for a core, most of the time. Which kind of
+//     thread that is the count cannot say, so the wait keeps its yield
+//     phase, and a yield that loses the core for a slice turns the
+//     verdict to CoresTaken. What the count does change is
 //     the spin: the full one only while most recent waits were answered
 //     within it (Answered, Quick), since a peer that answers later has
 //     lost its core and spinning for it only holds a core someone needs.

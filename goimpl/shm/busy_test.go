@@ -152,9 +152,10 @@ func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
 	c.Store(1)
 	require.NoError(t, <-done)
 
+	sharedPolicy := policy(shared)
 	c = CounterAt(mem, CounterSize)
-	wait(c, policy(shared))
-	pollsFor(c, policy(shared), spin+spin/2) // the count alone: it yield-polls past its spin
+	wait(c, sharedPolicy)
+	pollsFor(c, sharedPolicy, spin+spin/2) // the count alone: it yield-polls past its spin
 	c.Store(1)
 	require.NoError(t, <-done)
 
@@ -168,8 +169,8 @@ func TestBusyWaiterSleepsAfterItsSpin(t *testing.T) {
 
 	runnable = 1
 	c = CounterAt(mem, 3*CounterSize)
-	wait(c, policy(shared))
-	pollsFor(c, policy(shared), spin+spin/2) // an idle host's waiter yield-polls past its spin
+	wait(c, sharedPolicy)
+	pollsFor(c, sharedPolicy, spin+spin/2) // an idle host's waiter yield-polls past its spin
 	c.Store(1)
 	require.NoError(t, <-done)
 }
