@@ -21,6 +21,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -584,6 +585,53 @@ def test_autocheck_reads_the_row_a_trial_kept():
     assert picks == {("all_reduce", 1 << 20): "mesh.oneshot", ("broadcast", 16 << 10): "ring"}
     assert autocheck.chosen(picks, "all_reduce", 1536 << 10) == "mesh.oneshot"
     assert autocheck.chosen(picks, "broadcast", 4096) is None
+
+
+def test_autocheck_ranks_rows_by_the_median_and_by_the_mean():
+    """benchmarks/autocheck.py's best forced row by each statistic: a row
+    that is fastest in most jobs but 20x slower in some is best by the
+    median and not by the mean (4-rank broadcast jobs on 2 cores look like
+    this); a row that never ran the size is left out."""
+    autocheck = _load_script("autocheck")
+    key = ("broadcast", 4096)
+    times = {
+        "binomial": [{key: 12.0}, {key: 13.0}, {key: 400.0}, {key: 18.0}, {key: 250.0}],
+        "mesh.oneshot": [{key: 30.0}, {key: 40.0}, {key: 36.0}, {key: 27.0}, {key: 42.0}],
+        "tree": [{}, {}],
+    }
+    rows = ["binomial", "mesh.oneshot", "tree"]
+    best, row, byrow = autocheck.forced_best(times, rows, key, statistics.median)
+    assert (best, row) == (18.0, "binomial")
+    assert byrow == {"binomial": 18.0, "mesh.oneshot": 36.0}
+    best, row, bymean = autocheck.forced_best(times, rows, key, statistics.fmean)
+    assert row == "mesh.oneshot"
+    assert best == pytest.approx(35.0)
+    assert bymean["binomial"] == pytest.approx(138.6)
+
+
+def test_autocheck_pools_the_jobs_of_its_json_files(tmp_path, capsys):
+    """autocheck.py --load pools the rounds of several runs' --json files
+    into one table, and refuses files of different world sizes."""
+    autocheck = _load_script("autocheck")
+    files = []
+    for i, (auto, ring, oneshot) in enumerate([(40.0, 18.0, 36.0), (44.0, 400.0, 38.0)]):
+        doc = dict(nproc=4, reps=1, load=[1.0], table=[],
+                   picks={"auto": [{"broadcast/4096": "mesh.oneshot"}], "ring": [{}], "mesh.oneshot": [{}]},
+                   jobs={"auto": [{"broadcast/4096": auto}], "ring": [{"broadcast/4096": ring}],
+                         "mesh.oneshot": [{"broadcast/4096": oneshot}]})
+        files.append(tmp_path / f"run{i}.json")
+        files[-1].write_text(json.dumps(doc))
+    assert autocheck.main(["--load", str(files[0]), "--load", str(files[1])]) == 0
+    out = capsys.readouterr().out
+    assert "4 ranks, one job per label, 2 rounds" in out
+    row = next(line for line in out.splitlines() if line.startswith("| broadcast | 4 KiB"))
+    # By the median ring (209 us) loses to the one-shot (37 us); auto ran
+    # the one-shot, the best by either statistic.
+    assert row == "| broadcast | 4 KiB | 37 mesh.oneshot | 42 (40-44) | mesh.oneshot | 1.14 | 1.00 | 1.00 |"
+    other = tmp_path / "two.json"
+    other.write_text(json.dumps(dict(json.loads(files[0].read_text()), nproc=2)))
+    with pytest.raises(SystemExit):
+        autocheck.main(["--load", str(files[0]), "--load", str(other)])
 
 
 def test_abstats_compares_the_stat_asked_for(tmp_path, capsys):
