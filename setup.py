@@ -103,7 +103,7 @@ class BuildGoAndExtension(BuildExtension):
             build_py = self.get_finalized_command("build_py")
             dst = os.path.join(build_py.get_package_dir("gohccl"), "lib")
             os.makedirs(dst, exist_ok=True)
-            shutil.copy2(os.path.join(self._go_lib_dir(), GO_LIB), dst)
+            replace_file(os.path.join(self._go_lib_dir(), GO_LIB), os.path.join(dst, GO_LIB))
 
     def _go_lib_dir(self):
         ext_path = os.path.join(self.build_lib, self.get_ext_filename("gohccl._C"))
@@ -116,6 +116,20 @@ class BuildGoAndExtension(BuildExtension):
         super().build_extension(ext)
 
 
+def replace_file(src, dst):
+    """Copies src over dst by renaming a full copy onto it: a process that
+    has dst mapped (a job still running the library being rebuilt) keeps
+    the old file, where a copy into dst would truncate the pages under it
+    and kill it with SIGBUS."""
+    tmp = f"{dst}.{os.getpid()}.tmp"
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def build_go_library(lib_dir):
     os.makedirs(lib_dir, exist_ok=True)
     out = os.path.join(lib_dir, GO_LIB)
@@ -126,7 +140,7 @@ def build_go_library(lib_dir):
                                "`go build -buildmode=c-shared -o libgohccl.so ./capi`)")
         print(f"using the prebuilt libgohccl: {prebuilt} (LIBGOHCCL)", flush=True)
         if os.path.abspath(prebuilt) != os.path.abspath(out):
-            shutil.copy2(prebuilt, out)
+            replace_file(prebuilt, out)
         return
     go = os.environ.get("GO") or shutil.which("go")
     if not go:

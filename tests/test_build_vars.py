@@ -45,6 +45,39 @@ def test_missing_prebuilt_library_is_named(tmp_path):
     assert f"LIBGOHCCL={tmp_path / 'absent.so'}: no such file" in r.stderr
 
 
+def test_rebuilt_library_replaces_the_file_a_running_job_maps(tmp_path):
+    """setup.py puts a rebuilt libgohccl.so in place by renaming a copy onto
+    it: a process still running the old library keeps calling into it.
+    Copied into the same file instead, its pages change under that process,
+    which dies of SIGBUS (what `make build` during a benchmark did)."""
+    dst = tmp_path / "libgohccl.so"
+    dst.write_bytes(open(os.path.join(REPO_ROOT, "python", "gohccl", "lib", "libgohccl.so"), "rb").read())
+    stop = tmp_path / "stop"
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import ctypes, os, sys, time\n"
+         f"lib = ctypes.CDLL({str(dst)!r})\n"
+         "lib.gohccl_version.restype = ctypes.c_char_p\n"
+         "print('loaded', flush=True)\n"
+         "end = time.time() + 60\n"
+         f"while not os.path.exists({str(stop)!r}) and time.time() < end:\n"
+         "    lib.gohccl_version()\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "loaded"
+        new = tmp_path / "new.so"
+        new.write_bytes(os.urandom(1 << 20))
+        r = setup_py(f"g['replace_file']({str(new)!r}, {str(dst)!r})")
+        assert r.returncode == 0, r.stderr
+        assert dst.read_bytes() == new.read_bytes()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["libgohccl.so", "new.so"]
+        stop.touch()
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
 def fake_torch(tmp_path, version):
     """A torch package that has only what setup.py imports."""
     t = tmp_path / "torch"
