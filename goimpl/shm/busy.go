@@ -175,11 +175,11 @@ func (b *Busy) Cores(now time.Duration) Cores {
 	if b.Always || int64(now) < b.until.Load() {
 		return CoresTaken
 	}
-	n := runnableAverage()
+	count := runnableAverage
 	if b.Runnable != nil {
-		n = b.Runnable()
+		count = b.Runnable
 	}
-	if n >= float64(b.CPUs+1) {
+	if count() >= float64(b.CPUs+1) {
 		return CoresShared
 	}
 	return CoresFree
