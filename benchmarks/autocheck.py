@@ -232,8 +232,8 @@ def report(args, rows, tunes, times, picks, load) -> int:
         res = dict(collective=coll, size=size, best_us=best, best_row=row, forced=byrow,
                    best_mean_us=mbest, best_mean_row=mrow, forced_mean=bymean)
         for lb in labels_t:
-            t = over_rounds(times, lb, key, statistics.median)
             span = [x[key] for x in times[lb] if key in x]
+            t = statistics.median(span)
             r, k = ran(lb, key)
             rr = byrow[r] / best if r in byrow else None
             rm = bymean[r] / mbest if r in bymean else None
