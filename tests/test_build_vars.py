@@ -4,6 +4,7 @@ libgohccl.so used instead of building one with Go, and ANY_TORCH=1, a build
 against a torch outside the supported range, with a warning."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -51,7 +52,7 @@ def test_rebuilt_library_replaces_the_file_a_running_job_maps(tmp_path):
     Copied into the same file instead, its pages change under that process,
     which dies of SIGBUS (what `make build` during a benchmark did)."""
     dst = tmp_path / "libgohccl.so"
-    dst.write_bytes(open(os.path.join(REPO_ROOT, "python", "gohccl", "lib", "libgohccl.so"), "rb").read())
+    shutil.copyfile(os.path.join(REPO_ROOT, "python", "gohccl", "lib", "libgohccl.so"), dst)
     stop = tmp_path / "stop"
     child = subprocess.Popen(
         [sys.executable, "-c",
