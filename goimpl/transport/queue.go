@@ -9,9 +9,17 @@ type fifo[T any] struct {
 
 func (q *fifo[T]) len() int { return len(q.items) - q.head }
 
+// push appends v. Where the queue never empties (a peer that stays a few
+// frames ahead of this rank's receives, op after op), the popped front
+// would otherwise stay in the backing array, which append then doubles
+// again and again: so before an append that would grow the array, a front
+// of at least half of it is dropped by moving the live items down, a copy
+// paid for by the pops that made the front.
 func (q *fifo[T]) push(v T) {
-	if q.head > 0 && q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
+	if q.head > 0 && (q.head == len(q.items) || len(q.items) == cap(q.items) && 2*q.head >= len(q.items)) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
 	}
 	q.items = append(q.items, v)
 }
