@@ -99,9 +99,19 @@ func (m *Matcher) Begin(stamp *Header) error {
 				}
 			}
 		}
+		// A peer's collective frames arrive in the order it ran its ops
+		// (they match receives in posting order), so the stash holds
+		// nothing to compare past the first frame of a later op. A peer
+		// that runs ahead (a broadcast's root, whose sends wait for no
+		// one) can leave thousands of frames here, and scanning them all
+		// at every op made each op cost more the further behind this
+		// rank fell.
 		q := &m.peers[p].collStash
 		for i := 0; i < q.len(); i++ {
 			h := q.at(i).h
+			if h.Seq > stamp.Seq {
+				break
+			}
 			if err := m.compareFrame(p, &h); err != nil {
 				return err
 			}
