@@ -49,7 +49,7 @@ var Vars = []Var{
 	{"GOHCCL_TRANSPORT", "auto | tcp | shm", "auto",
 		"How ranks reach each other. auto: shared memory between ranks of one host (detected from hostname, boot id and a probe that each rank sees the segment the first one created), TCP across hosts. tcp: TCP everywhere. shm: like auto, but init fails if ranks that claim one host cannot share memory."},
 	{"GOHCCL_EARLY_BYTES", "bytes (K/M/G suffix allowed)", "64M",
-		"Most payload bytes a rank holds, per peer connected over TCP, of frames that arrived before their receive was posted. Past it the rank stops reading that connection until the receive is posted, so the peer's sends wait (TCP flow control): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
+		"Most payload bytes a rank holds, per peer (over TCP or shared memory), of frames that arrived before their receive was posted. Past it the rank stops reading that connection or ring until the receive is posted, so the peer's sends wait (TCP flow control; a full ring): no peer can grow a rank's memory without bound. The default is one point-to-point frame (64 MiB), so a send up to that size never waits for its receive; collectives never need more than a segment. Minimum 1M."},
 	{"GOHCCL_NSOCKS", "auto | 1-8", "auto",
 		"TCP connections per pair of ranks on different hosts; a large frame (128 KiB and up) is cut into parts sent over all of them at once. auto: half the cores each rank of the host can have (GOMAXPROCS over the ranks on the host), at least 1 and at most 4, since each connection's kernel copies take a core at full speed. The ranks connecting decide (the higher rank of each pair), so values may differ across ranks. Peers on the same host that use shared memory always get one."},
 	{"GOHCCL_SOCKET_IFNAME", "interface name", "",
@@ -96,7 +96,7 @@ type Config struct {
 	Algo string
 	// Transport is "auto", "tcp" or "shm" (GOHCCL_TRANSPORT).
 	Transport string
-	// EarlyBytes bounds, per TCP peer, the bytes of frames held before their
+	// EarlyBytes bounds, per peer, the bytes of frames held before their
 	// receive is posted (GOHCCL_EARLY_BYTES).
 	EarlyBytes int64
 	// NSocks is the number of TCP connections per remote peer

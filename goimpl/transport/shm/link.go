@@ -10,8 +10,12 @@
 // One receive goroutine per incoming ring waits on that tail (spin, then
 // futex: the goimpl/shm wait policy), decodes each header and copies the
 // payload straight into the receive the Matcher hands out, or into a stash
-// buffer. Because that goroutine always drains the ring, a sender never
-// waits for the peer's program to reach its receive, as with TCP.
+// buffer. A sender need not wait for the peer's program to reach its
+// receive: the goroutine keeps frames that arrive early, up to the
+// matcher's early-frame limit per peer (GOHCCL_EARLY_BYTES); past it, it
+// holds the next frame's header and stops draining the ring until that
+// frame's receive is posted, so the ring fills and the sender waits for
+// room, as TCP's flow control holds a sender back.
 //
 // Nothing read from the region is trusted: headers are decoded with every
 // check, counters must stay inside the ring, and a fault on a truncated
@@ -327,6 +331,7 @@ func (l *Link) Close() error {
 			l.out.close(senderClosed)
 			l.in.close(receiverClosed)
 		})
+		l.m.Wake() // a receive goroutine holding back an early frame returns
 	}
 	<-l.done
 	l.wmu.Lock()
@@ -377,7 +382,7 @@ func (l *Link) receiveFrames() (err error) {
 		if err := h.Decode(hb[:]); err != nil {
 			return fmt.Errorf("rank %d sent a corrupt frame over shared memory: %w: %v", l.peer, transport.ErrProtocol, err)
 		}
-		dst, r, discard := l.m.Arrive(l.peer, &h)
+		dst, r, discard := l.m.ArriveBounded(l.peer, &h, l.closed.Load)
 		if r != nil || discard {
 			l.arrived.Store(rx.pos + uint64(h.Len))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -544,4 +545,73 @@ func until(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 10 s", what)
 		}
 	}
+}
+
+// TestEarlyFramesAreBounded: a sender that runs far ahead of the
+// receiver's posted receives (a broadcast's root) makes the receiver keep
+// at most the matcher's early-frame limit; past it the receive goroutine
+// stops draining the ring, the ring fills, and the sender sleeps until
+// there is room. Once the receives are posted every frame arrives in
+// order, intact.
+func TestEarlyFramesAreBounded(t *testing.T) {
+	const limit = 8 << 10
+	const seg = 512
+	const frames = 400 // 200 KiB: far more than the limit and the ring
+	region := make([]byte, RegionSize(2, testRing))
+	m0, m1 := transport.NewMatcher(0, 2), transport.NewMatcher(1, 2)
+	m1.SetEarlyLimit(limit)
+	var links [2][]transport.Link
+	for i, m := range []*transport.Matcher{m0, m1} {
+		ls, err := Attach(region, []int{0, 1}, i, testRing, m, testWait)
+		require.NoError(t, err)
+		links[i] = ls
+	}
+	t.Cleanup(func() {
+		links[0][1].Close()
+		links[1][0].Close()
+	})
+
+	data := randomBytes(rand.New(rand.NewPCG(4, 4)), frames*seg)
+	frame := func(j int) transport.Header {
+		return transport.Header{Fingerprint: transport.Fingerprint{Kind: transport.KindBroadcast, DType: reduce.Uint8, Count: seg},
+			Seq: uint64(j + 1), Tag: transport.StepTag(1, 0, 0), Len: seg}
+	}
+	var sent atomic.Int64
+	sendErr := make(chan error, 1)
+	go func() {
+		for j := range frames {
+			h := frame(j)
+			if err := links[0][1].Send(&h, data[j*seg:(j+1)*seg], soon()); err != nil {
+				sendErr <- err
+				return
+			}
+			sent.Add(1)
+		}
+		sendErr <- nil
+	}()
+
+	// Held back: the receiver keeps its limit, its ring is full (less than
+	// a frame free), and the sender sleeps on the ring's head. A receive
+	// goroutine that kept draining would let the sender finish instead.
+	out := &links[0][1].(*Link).out
+	until(t, "the sender is held back", func() bool {
+		select {
+		case err := <-sendErr:
+			t.Fatalf("the sender sent all %d frames (%v) past a receiver that keeps %d bytes", frames, err, limit)
+		default:
+		}
+		free := out.cap - (out.tail.Load() - out.head.Load())
+		return m1.EarlyBytes(0) == limit && free < seg+transport.HeaderSize && out.head.Sleepers() > 0
+	})
+	assert.Less(t, sent.Load(), int64(frames))
+
+	for j := range frames {
+		h := frame(j)
+		r := transport.Recv{Peer: 0, Want: h, Buf: make([]byte, seg)}
+		m1.Post(&r)
+		require.NoError(t, m1.Wait(&r, soon()), "frame %d", j)
+		require.Equal(t, data[j*seg:(j+1)*seg], r.Buf, "frame %d", j)
+		require.LessOrEqual(t, m1.EarlyBytes(0), limit)
+	}
+	require.NoError(t, <-sendErr)
 }
