@@ -88,6 +88,9 @@ type peerQueue struct {
 	// peer made this rank hold before the receives were posted (see
 	// ArriveBounded).
 	early int
+	// holding says a link waits in ArriveBounded with a frame from the
+	// peer that it has compared but not read (see Holding).
+	holding bool
 }
 
 // Matcher pairs arriving frames with posted receives for one rank. Frames of
@@ -198,8 +201,20 @@ func (m *Matcher) ArriveBounded(peer int, h *Header, gone func() bool) (dst []by
 		if m.earlyLimit == 0 || h.Len == 0 || pq.early+int(h.Len) <= m.earlyLimit {
 			return nil, nil, false
 		}
+		pq.holding = true
 		m.room.Wait()
+		pq.holding = false
 	}
+}
+
+// Holding reports whether a link waits in ArriveBounded with a frame from
+// peer that the peer's early frames leave no room for. The frame has been
+// compared with this rank's ops, and no receive of it is posted, so it and
+// every frame behind it belong to ops this rank has not begun.
+func (m *Matcher) Holding(peer int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peers[peer].holding
 }
 
 // Wake wakes every link waiting in ArriveBounded, so that one whose gone

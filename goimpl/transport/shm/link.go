@@ -418,7 +418,11 @@ func (l *Link) receiveFrames() (err error) {
 // shared-memory engine after sending a frame here (a rooted op it ran with
 // another root) could otherwise end before its frame is looked at. It
 // returns at once when the ring holds nothing new, and never touches the
-// region once the link is closed.
+// region once the link is closed. A frame the matcher holds back (the
+// peer's early frames are at their limit, Matcher.Holding) has been
+// compared, and it and every frame behind it belong to ops this rank has
+// not begun: it returns then too, or it would wait out its budget at the
+// end of every op while the peer runs that far ahead.
 func (l *Link) Settle(budget time.Duration) {
 	if l.closed.Load() || l.lost.Load() != nil {
 		return
@@ -429,7 +433,7 @@ func (l *Link) Settle(budget time.Duration) {
 	}
 	deadline := time.Now().Add(budget)
 	for i := 0; l.arrived.Load() < t; i++ {
-		if l.closed.Load() || l.lost.Load() != nil || time.Now().After(deadline) {
+		if l.closed.Load() || l.lost.Load() != nil || time.Now().After(deadline) || l.m.Holding(l.peer) {
 			return
 		}
 		if i < 64 {
