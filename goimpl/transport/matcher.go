@@ -99,7 +99,8 @@ type peerQueue struct {
 // order within a (peer, tag). A frame that arrives before its receive is
 // posted is kept (stashed) until it is, so a sender need not wait for the
 // receiver's program to reach its receive; links that can hold a sender back
-// (TCP) bound what each peer makes the matcher keep (ArriveBounded).
+// (TCP, shared memory) bound what each peer makes the matcher keep
+// (ArriveBounded).
 //
 // An abort frame (KindAbort) matches no receive: it closes the matcher with
 // a PeerAbortError carrying the peer's error text, so every waiting and later
@@ -154,13 +155,14 @@ func (m *Matcher) EarlyBytes(peer int) int {
 }
 
 // ArriveBounded is Arrive for a link that can stop reading its connection
-// (a stream socket, whose sender then blocks in the kernel): when the frame
+// (a stream socket, whose sender then blocks in the kernel; a shared-memory
+// ring, whose sender then waits for room): when the frame
 // matches no posted receive and keeping it would take the peer's early bytes
 // above the limit (SetEarlyLimit), it waits, holding the frame's header and
 // leaving its payload in the connection, until the receive is posted or
 // earlier frames are taken. That is the back-pressure that bounds what a
 // peer can make this rank hold: the frames behind it stay in the sender's
-// socket and then in its Send. gone reports that the link is closing; it is
+// socket or ring and then in its Send. gone reports that the link is closing; it is
 // checked at every wake-up (Wake). A frame larger than the limit is never
 // kept: it waits for its receive.
 //
