@@ -71,7 +71,7 @@ func (e *Engine) allGather(s schedule, in, out []byte, p blocked) error {
 		lo, hi := p.part(e.me, i)
 		own := in[lo-base : hi-base]
 		copy(e.slot(e.me, b), own)
-		e.post(b, 2*k+1)
+		e.post(2*k + 1)
 		if dst := out[lo:hi]; len(dst) > 0 && &dst[0] != &own[0] {
 			put(dst, own)
 		}

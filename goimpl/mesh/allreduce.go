@@ -53,7 +53,7 @@ func (e *Engine) allReduceOneShot(buf []byte) error {
 		}
 		e.open(schedAllReduceOneShot, k)
 		copy(e.slot(e.me, b), buf[i*B:min((i+1)*B, len(buf))])
-		e.post(b, 2*k+1)
+		e.post(2*k + 1)
 		return nil
 	}
 	posted := 0
@@ -122,7 +122,7 @@ func (e *Engine) twoPhase(s schedule, buf []byte, count, root int) error {
 	}
 	for i := range chunks {
 		k, b := e.step(i)
-		if err := e.awaitAll(2*k+1, b, true); err != nil {
+		if err := e.awaitAll(2*k+1, true); err != nil {
 			return err
 		}
 		lo, hi := bl.part(e.me, i)
@@ -141,7 +141,7 @@ func (e *Engine) twoPhase(s schedule, buf []byte, count, root int) error {
 			e.chunk = i
 		}
 		if root < 0 || e.me == root {
-			if err := e.awaitAll(2*k+2, b, false); err != nil {
+			if err := e.awaitAll(2*k+2, false); err != nil {
 				return err
 			}
 			for r := range e.n {
@@ -173,7 +173,7 @@ func (e *Engine) postPieces(s schedule, buf []byte, bl blocked, i int) error {
 			copy(slot[r*bl.piece:], buf[lo:hi])
 		}
 	}
-	e.post(b, 2*k+1)
+	e.post(2*k + 1)
 	return nil
 }
 

@@ -13,14 +13,13 @@ func (e *Engine) Barrier(c *Call) error {
 // that issued something else learns of it in this operation.
 func (e *Engine) barrier(s schedule) error {
 	k := e.k
-	b := int(k % depth)
 	e.chunk, e.chunks = 0, 1
 	if err := e.claim(k); err != nil {
 		return err
 	}
 	e.open(s, k)
-	e.post(b, 2*k+1)
-	if err := e.awaitAll(2*k+1, b, true); err != nil {
+	e.post(2*k + 1)
+	if err := e.awaitAll(2*k+1, true); err != nil {
 		return err
 	}
 	e.release(k)

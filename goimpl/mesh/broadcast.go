@@ -1,5 +1,7 @@
 package mesh
 
+import "fmt"
+
 // Broadcast copies root's buf into every other rank's buf. A chunk is the
 // next n*lay.buf bytes: the root copies it into buffer b of every rank and
 // publishes it, the others copy it out and release it. The root waits only
@@ -8,24 +10,77 @@ package mesh
 // posts one per chunk), so that ranks that disagree on the root or the
 // operation fail instead of returning their own data. Per rank: the root
 // reads and writes S, every other rank reads and writes S. c.Variant is
-// OneShot (the region) or SingleCopy (two ranks; the other reads root's
-// buf straight into its own).
+// OneShot (the region), SingleCopy (two ranks; the other reads root's
+// buf straight into its own) or Eager (at most EagerBytes; see
+// broadcastEager).
 func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 	if _, err := checkData(c, len(buf)); err != nil {
 		return err
 	}
-	if err := e.checkVariant(c, OneShot, SingleCopy); err != nil {
+	if err := e.checkVariant(c, OneShot, SingleCopy, Eager); err != nil {
 		return err
 	}
 	if err := e.checkRoot(c, root); err != nil {
 		return err
 	}
-	return e.run(c, schedBroadcast, len(buf) == 0, nil, func() error {
-		if c.Variant == SingleCopy {
+	s := schedBroadcast
+	if c.Variant == Eager {
+		if len(buf) > EagerBytes {
+			return fmt.Errorf("mesh: %s: the eager schedule carries at most %d bytes, not %d", describeOp(&c.Stamp), EagerBytes, len(buf))
+		}
+		s = schedBroadcastEager
+	}
+	return e.run(c, s, len(buf) == 0, nil, func() error {
+		switch c.Variant {
+		case SingleCopy:
 			return e.broadcastSingleCopy(buf, root)
+		case Eager:
+			return e.broadcastEager(buf, root)
 		}
 		return e.broadcast(buf, root)
 	})
+}
+
+// broadcastEager is the broadcast of one chunk through the root's eager
+// slot k%stamps, without the end-of-op round. A reader posts its stamp,
+// awaits the root's, compares it and copies the slot out, so a reader
+// that returns has the root's data for the operation it called. The root
+// posts its data and stamp and returns; it holds the chunk until it has
+// compared every reader's stamp (verify), which it does as stamps arrive,
+// in full before any operation that is not an eager broadcast, and before
+// it reuses the slot. A rank that took itself for the root, or ran another
+// operation, thus fails the root too, one or more operations later; the
+// root's own buffer is never written, so what it returned is not wrong.
+func (e *Engine) broadcastEager(buf []byte, root int) error {
+	k := e.k
+	e.chunk, e.chunks = 0, 1
+	if k >= stamps {
+		if err := e.verify(k + 1 - stamps); err != nil {
+			return err
+		}
+	}
+	if err := e.claimBack(k, stamps); err != nil {
+		return err
+	}
+	e.open(schedBroadcastEager, k)
+	slot := e.region[e.lay.eager(root, int(k%stamps)):][:len(buf)]
+	if e.me == root {
+		copy(slot, buf)
+		e.post(2*k + 1)
+		e.hold(k)
+	} else {
+		e.post(2*k + 1)
+		if err := e.await(root, 2*k+1, true, false); err != nil {
+			return err
+		}
+		copy(buf, slot)
+	}
+	if err := e.verify(0); err != nil {
+		return err
+	}
+	e.release(k)
+	e.k++
+	return nil
 }
 
 // broadcast runs the chunks of Broadcast. A chunk is n buffers' worth
@@ -59,10 +114,10 @@ func (e *Engine) broadcast(buf []byte, root int) error {
 			for j := 0; j*P < len(chunk); j++ {
 				copy(e.slot(j, b), chunk[j*P:min((j+1)*P, len(chunk))])
 			}
-			e.post(b, 2*k+1)
+			e.post(2*k + 1)
 		} else {
-			e.post(b, 2*k+1)
-			if err := e.await(root, 2*k+1, b, true, false); err != nil {
+			e.post(2*k + 1)
+			if err := e.await(root, 2*k+1, true, false); err != nil {
 				return err
 			}
 			for j := 0; j*P < len(chunk); j++ {
@@ -73,7 +128,7 @@ func (e *Engine) broadcast(buf []byte, root int) error {
 		// The root reads nothing from the others, so without this a rank
 		// that believes it is the root would return its own data.
 		if i == chunks-1 {
-			if err := e.awaitAll(2*k+1, b, true); err != nil {
+			if err := e.awaitAll(2*k+1, true); err != nil {
 				return err
 			}
 		}

@@ -50,10 +50,17 @@ const (
 	// peer's process (all-reduce, allgather, broadcast); needs
 	// cross-memory attach between them (SetSingleCopy).
 	SingleCopy
+	// Eager: a broadcast of at most EagerBytes through the root's own
+	// slots, with no end-of-op round. A reader compares the root's stamp
+	// and copies; the root compares the readers' stamps later (verify),
+	// so it runs up to stamps-1 broadcasts ahead of the slowest reader and
+	// learns of a rank that disagreed at its next operation that is not
+	// an eager broadcast, or within stamps broadcasts.
+	Eager
 	numVariants
 )
 
-var variantNames = [numVariants]string{"oneshot", "twophase", "singlecopy"}
+var variantNames = [numVariants]string{"oneshot", "twophase", "singlecopy", "eager"}
 
 func (v Variant) String() string {
 	if v < numVariants {
@@ -83,6 +90,13 @@ type Engine struct {
 	// so far, identical on every local rank because every rank derives each
 	// operation's chunk count from the same arguments.
 	k uint64
+
+	// done is the chunks this rank has finished. held is a queue of the
+	// eager chunks it rooted and has not verified (heldLen of them from
+	// heldHead): its free counter stays at the first of them.
+	done              uint64
+	held              [stamps]uint64
+	heldHead, heldLen int
 
 	names []int
 
@@ -124,7 +138,7 @@ const (
 	infoState   = 24                 // uint32, atomic: stateAttached, stateFailed, stateClosed
 	infoText    = 28                 // uint32: bytes of failure text in the text lines
 	infoClass   = 32                 // uint32: the failure's class (transport.AbortClass)
-	infoVersion = 0x6d65736876310000 // "meshv1\0\0"
+	infoVersion = 0x6d65736876320000 // "meshv2\0\0"
 )
 
 const (
@@ -302,7 +316,15 @@ func (e *Engine) run(c *Call, s schedule, empty bool, alone func(), body func() 
 			alone()
 		}
 		return nil
-	case empty:
+	case e.heldLen > 0 && (s != schedBroadcastEager || empty):
+		// An operation that waits for its peers anyway verifies first
+		// what this rank's eager broadcasts left to verify.
+		if err := e.verify(e.k); err != nil {
+			return err
+		}
+		e.free[e.me].Store(e.freeValue())
+	}
+	if empty {
 		return e.barrier(s)
 	}
 	return body()

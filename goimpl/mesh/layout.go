@@ -23,7 +23,21 @@ const (
 	// us eight chunks ahead (docs/mesh.md). It must stay below depth so
 	// that a post never waits on a buffer the rank itself still reads.
 	ahead = depth / 2
+
+	// stamps is the number of stamp lines per rank: chunk k's stamp goes
+	// in line k%stamps. It is also the number of eager slots per rank, so
+	// an eager broadcast's root runs up to stamps-1 chunks ahead of the
+	// slowest reader. On 4 ranks sharing 2 cores, a stream of 4 KiB
+	// broadcasts without the end-of-op round took 24-38 us an op with 16
+	// slots (the root waits for a reader as often as with the round) and
+	// 6.5-7.8 us with 64 (docs/mesh.md). A multiple of depth.
+	stamps = 64
 )
+
+// EagerBytes is the largest broadcast the eager schedule carries: what
+// fits in one of the root's eager slots. The eager area takes stamps slots
+// of it per rank (512 KiB).
+const EagerBytes = 8 << 10
 
 // Options are one engine's tunables. They travel with the communicator that
 // attaches the engine, never through package state, so two communicators of
@@ -86,25 +100,28 @@ const lineSize = shm.CounterSize
 
 // A region is laid out as
 //
-//	control: per local rank r, 4+depth+textLines lines:
+//	control: per local rank r, 4+stamps+textLines lines:
 //	    ready[r]   counter: r's writes for chunk k are visible (2k+1 inputs, 2k+2 results)
 //	    free[r]    counter: r has finished reading every buffer of chunk k (k+1)
 //	    info[r]    r's layout as it computed it, and its state (attached, failed, closed)
-//	    stamp[r][b] the stamp of the chunk r last wrote into buffer b, one line per buffer
+//	    stamp[r][s] the stamp r posted for the last chunk k with k%stamps == s
 //	    text[r]    why r failed, once it has (textLines lines)
 //	    probe[r]   counter: the hand-off probe at attach (MeasureHandOff)
 //	data, from a page boundary: per local rank r, depth buffers of buf bytes,
-//	    each split into n pieces of piece bytes.
+//	    each split into n pieces of piece bytes;
+//	eager: per local rank r, stamps slots of EagerBytes, which only r
+//	    writes (eager broadcasts it roots).
 //
 // Only the numbers below decide where anything is: no offset or size is ever
 // read from the region.
 type layout struct {
-	n       int
-	piece   int // bytes of one piece: one rank's share of a two-phase chunk
-	buf     int // bytes of one pipeline buffer: n pieces
-	rankCtl int // bytes of one rank's control block
-	dataOff int // where the buffers start
-	size    int // the region's bytes
+	n        int
+	piece    int // bytes of one piece: one rank's share of a two-phase chunk
+	buf      int // bytes of one pipeline buffer: n pieces
+	rankCtl  int // bytes of one rank's control block
+	dataOff  int // where the buffers start
+	eagerOff int // where the eager slots start
+	size     int // the region's bytes
 }
 
 // Control lines within a rank's control block.
@@ -112,8 +129,8 @@ const (
 	lineReady = 0
 	lineFree  = 1
 	lineInfo  = 2
-	lineStamp = 3 // depth lines from here
-	lineText  = lineStamp + depth
+	lineStamp = 3 // stamps lines from here
+	lineText  = lineStamp + stamps
 	lineProbe = lineText + textLines
 
 	// textLines bounds the failure text a rank leaves for its peers.
@@ -130,7 +147,8 @@ func newLayout(n, budget, chunk int) layout {
 	piece = max(piece, lineSize) // past n = 16 at the minimum budget, the budget is exceeded
 	l := layout{n: n, piece: piece, buf: n * piece, rankCtl: (lineProbe + 1) * lineSize}
 	l.dataOff = (n*l.rankCtl + 4095) &^ 4095
-	l.size = l.dataOff + n*depth*l.buf
+	l.eagerOff = l.dataOff + n*depth*l.buf
+	l.size = l.eagerOff + n*stamps*EagerBytes
 	return l
 }
 
@@ -139,7 +157,8 @@ func newLayout(n, budget, chunk int) layout {
 // is MinBudget). Messages larger than the data area stream through it. The
 // data area is at most min(budget, n*depth*o.Chunk); only past 16 local
 // ranks at the minimum budget does the floor of one cache line per piece
-// make it larger than budget.
+// make it larger than budget. The eager slots come on top: n*stamps*
+// EagerBytes.
 func RegionSize(n, budget int, o Options) int {
 	if n < 1 {
 		return 0
@@ -160,6 +179,9 @@ func (l *layout) ctl(r, i int) int { return r*l.rankCtl + i*lineSize }
 
 // data returns the offset of rank r's buffer b.
 func (l *layout) data(r, b int) int { return l.dataOff + (r*depth+b)*l.buf }
+
+// eager returns the offset of rank r's eager slot s.
+func (l *layout) eager(r, s int) int { return l.eagerOff + (r*stamps+s)*EagerBytes }
 
 // plainCopy is copy as a function value, the alternative to stream.
 func plainCopy(dst, src []byte) { copy(dst, src) }

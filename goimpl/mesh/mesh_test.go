@@ -39,7 +39,8 @@ func testOptions(n int) Options {
 
 // schedules names the set of variants the tests run the operations with
 // (withSchedules): "default" is what goimpl/tune picks on a typical host
-// (one-shot, and two-phase from 16 KiB at three ranks and more),
+// (one-shot, two-phase from 16 KiB at three ranks and more, and eager
+// broadcasts up to EagerBytes),
 // "twophase" and "singlecopy" force those variants wherever the operation
 // has them. A child process reads it from GOHCCL_MESH_TEST_SCHEDULES.
 var schedules = "default"
@@ -60,6 +61,9 @@ func variantFor(kind transport.Kind, n, bytes int) Variant {
 	default:
 		if reducing && n > 2 && bytes > 16<<10 {
 			return TwoPhase
+		}
+		if kind == transport.KindBroadcast && bytes <= EagerBytes {
+			return Eager
 		}
 	}
 	return OneShot
@@ -470,11 +474,16 @@ func TestIdenticalBits(t *testing.T) {
 func TestNoAllocs(t *testing.T) {
 	es := engines(t, 2, MinBudget)
 	l := newLayout(2, MinBudget, testOptions(2).Chunk)
+	require.LessOrEqual(t, 4*l.buf, EagerBytes, "the eager broadcast runs at both sizes")
 	for _, size := range []int{4096, 4 * l.buf} {
 		count := size / 4
 		bufs := [2][]byte{make([]byte, size), make([]byte, size)}
 		outs := [2][]byte{make([]byte, 2*size), make([]byte, 2*size)}
 		calls := [2]*Call{newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, count, 0, 0), newCall(transport.KindAllReduce, reduce.Float32, reduce.Sum, count, 0, 0)}
+		eager := [2]*Call{newCall(transport.KindBroadcast, reduce.Float32, 0, count, 0, 0), newCall(transport.KindBroadcast, reduce.Float32, 0, count, 0, 0)}
+		for _, c := range eager {
+			c.Variant = Eager
+		}
 		ops := []func(r int) error{
 			func(r int) error { return es[r].AllReduce(calls[r], bufs[r]) },
 			func(r int) error { return es[r].Reduce(calls[r], bufs[r], 1) },
@@ -483,6 +492,7 @@ func TestNoAllocs(t *testing.T) {
 			func(r int) error { return es[r].AllGather(calls[r], bufs[r], outs[r]) },
 			func(r int) error { return es[r].AllGatherBlocks(calls[r], bufs[r], count) },
 			func(r int) error { return es[r].Broadcast(calls[r], bufs[r], 0) },
+			func(r int) error { return es[r].Broadcast(eager[r], bufs[r], 0) },
 			func(r int) error { return es[r].Barrier(calls[r]) },
 		}
 		for i, op := range ops {

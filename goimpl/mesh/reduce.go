@@ -49,9 +49,9 @@ func (e *Engine) reduceOneShot(buf []byte, root int) error {
 		if e.me != root || root >= 2 {
 			copy(mine, chunk)
 		}
-		e.post(b, 2*k+1)
+		e.post(2*k + 1)
 		if e.me == root {
-			if err := e.awaitAll(2*k+1, b, true); err != nil {
+			if err := e.awaitAll(2*k+1, true); err != nil {
 				return err
 			}
 			own := chunk
@@ -63,7 +63,7 @@ func (e *Engine) reduceOneShot(buf []byte, root int) error {
 			// The others read nothing: without a look at the root's
 			// stamp, ranks that each took another for the root would
 			// all return as if the reduce had happened.
-			if err := e.await(root, 2*k+1, b, true, false); err != nil {
+			if err := e.await(root, 2*k+1, true, false); err != nil {
 				return err
 			}
 		}

@@ -75,7 +75,7 @@ func (e *Engine) allReduceSingleCopy(buf []byte) error {
 	}
 	e.ready[e.me].Store(2*m.k + 2)
 	// The peer's half, reduced, straight into buf.
-	if err := e.await(peer, 2*m.k+2, m.b, false, false); err != nil {
+	if err := e.await(peer, 2*m.k+2, false, false); err != nil {
 		return err
 	}
 	if err := e.readFrom(peer, m.pid, buf[plo:phi], m.addr+uintptr(plo)); err != nil {
@@ -202,8 +202,8 @@ func (e *Engine) exchangeAddress(s schedule, k uint64, b int, buf []byte) (pid i
 	binary.LittleEndian.PutUint64(rec[scPid:], uint64(os.Getpid()))
 	binary.LittleEndian.PutUint64(rec[scAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
 	binary.LittleEndian.PutUint64(rec[scLen:], uint64(len(buf)))
-	e.post(b, 2*k+1)
-	if err := e.await(peer, 2*k+1, b, true, false); err != nil {
+	e.post(2*k + 1)
+	if err := e.await(peer, 2*k+1, true, false); err != nil {
 		return 0, 0, err
 	}
 	prec := e.slot(peer, b)

@@ -10,18 +10,22 @@ import (
 )
 
 // The synchronisation protocol, shared by every schedule. For chunk k (the
-// global chunk sequence) in buffer b = k % depth:
+// global chunk sequence) in buffer b = k % depth, stamp line k % stamps:
 //
-//   - claim: before writing its buffer b or its stamp b, a rank waits until
-//     every peer's free counter is at least k+1-depth, i.e. every peer has
-//     finished reading chunk k-depth, the last one that used buffer b.
+//   - claim: before writing its buffer b or its stamp line, a rank waits
+//     until every peer's free counter is at least k+1-depth, i.e. every
+//     peer has finished with chunk k-depth, the last one that used buffer
+//     b. (An eager chunk, which uses no buffer, waits for k+1-stamps.)
 //   - post: it writes its stamp and data, then stores ready = 2k+1
 //     (inputs) or 2k+2 (results). Peers that see the value see the bytes.
 //   - await: a peer waits for ready[j] >= 2k+1 (or 2k+2) and compares j's
-//     stamp for buffer b with the one it expects.
+//     stamp for chunk k with the one it expects.
 //   - release: once a rank has read everything it reads of chunk k, it
 //     stores free = k+1. Every rank releases every chunk, in order, even one
 //     it read nothing of, so that claims never wait on a chunk nobody reads.
+//     The root of an eager broadcast holds its free counter below a chunk
+//     until it has compared every peer's stamp for it (verify), which keeps
+//     those stamps in their lines until then.
 //
 // Counters only grow: ready takes 2k+1 and 2k+2 for increasing k, free
 // takes k+1. Nothing is reset between operations, so no operation ever needs
@@ -46,11 +50,12 @@ const (
 	schedAllReduceSingleCopy
 	schedAllGatherSingleCopy
 	schedBroadcastSingleCopy
+	schedBroadcastEager
 )
 
 var scheduleNames = [...]string{"invalid", "barrier", "one-shot all-reduce", "two-phase all-reduce",
 	"one-shot reduce", "two-phase reduce", "reduce-scatter", "reduce-scatter blocks",
-	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce", "single-copy allgather", "single-copy broadcast"}
+	"allgather", "allgather blocks", "broadcast", "single-copy all-reduce", "single-copy allgather", "single-copy broadcast", "eager broadcast"}
 
 func (s schedule) String() string {
 	if int(s) < len(scheduleNames) {
@@ -79,8 +84,13 @@ func (e *Engine) open(s schedule, k uint64) {
 	h.Encode(e.want[:])
 }
 
-func (e *Engine) stampLine(r, b int) []byte {
-	o := e.lay.ctl(r, lineStamp+b)
+// stampOf returns the stamp line of the chunk whose ready value is v
+// (2k+1 or 2k+2).
+func stampOf(v uint64) int { return int((v - 1) / 2 % stamps) }
+
+// stampLine returns rank r's stamp line s.
+func (e *Engine) stampLine(r, s int) []byte {
+	o := e.lay.ctl(r, lineStamp+s)
 	return e.region[o : o+transport.HeaderSize]
 }
 
@@ -91,11 +101,14 @@ func (e *Engine) slot(r, b int) []byte {
 }
 
 // claim waits until this rank may write its buffer and stamp for chunk k.
-func (e *Engine) claim(k uint64) error {
-	if k < depth {
+func (e *Engine) claim(k uint64) error { return e.claimBack(k, depth) }
+
+// claimBack waits until every peer has released chunk k-back.
+func (e *Engine) claimBack(k uint64, back uint64) error {
+	if k < back {
 		return nil
 	}
-	need := k + 1 - depth
+	need := k + 1 - back
 	for j := range e.n {
 		if j == e.me || e.seenFree[j] >= need {
 			continue
@@ -108,16 +121,16 @@ func (e *Engine) claim(k uint64) error {
 	return nil
 }
 
-// post publishes this rank's stamp for buffer b and then value v of ready:
-// the data must already be in the buffer.
-func (e *Engine) post(b int, v uint64) {
-	copy(e.stampLine(e.me, b), e.want[:])
+// post publishes this rank's stamp for the chunk and then value v of
+// ready: the data must already be in the buffer.
+func (e *Engine) post(v uint64) {
+	copy(e.stampLine(e.me, stampOf(v)), e.want[:])
 	e.ready[e.me].Store(v)
 }
 
 // await waits for ready[j] >= v. With stamp set it then checks j's stamp
-// for buffer b (the first wait on j in each chunk does).
-func (e *Engine) await(j int, v uint64, b int, stamp, all bool) error {
+// for the chunk (the first wait on j in each chunk does).
+func (e *Engine) await(j int, v uint64, stamp, all bool) error {
 	what := "inputs"
 	if v%2 == 0 {
 		what = "results"
@@ -130,17 +143,17 @@ func (e *Engine) await(j int, v uint64, b int, stamp, all bool) error {
 			return err
 		}
 	}
-	if stamp && string(e.stampLine(j, b)) != string(e.want[:]) {
-		return e.mismatch(j, b)
+	if stamp && string(e.stampLine(j, stampOf(v))) != string(e.want[:]) {
+		return e.mismatch(e.want[:], j, stampOf(v))
 	}
 	return nil
 }
 
 // awaitAll awaits every peer.
-func (e *Engine) awaitAll(v uint64, b int, stamp bool) error {
+func (e *Engine) awaitAll(v uint64, stamp bool) error {
 	for j := range e.n {
 		if j != e.me {
-			if err := e.await(j, v, b, stamp, true); err != nil {
+			if err := e.await(j, v, stamp, true); err != nil {
 				return err
 			}
 		}
@@ -148,8 +161,21 @@ func (e *Engine) awaitAll(v uint64, b int, stamp bool) error {
 	return nil
 }
 
-// release tells the peers this rank has finished reading chunk k.
-func (e *Engine) release(k uint64) { e.free[e.me].Store(k + 1) }
+// release tells the peers this rank has finished reading chunk k: free
+// becomes k+1, or stays at the first eager chunk it has not verified.
+func (e *Engine) release(k uint64) {
+	e.done = k + 1
+	e.free[e.me].Store(e.freeValue())
+}
+
+// freeValue is what this rank's free counter may say: every chunk done,
+// up to the first it holds for verification.
+func (e *Engine) freeValue() uint64 {
+	if e.heldLen > 0 {
+		return min(e.done, e.held[e.heldHead])
+	}
+	return e.done
+}
 
 // wait waits for cs[j] >= v under the operation's deadline and stop check.
 // all says the rank waits on every peer's counter of cs in turn, so a
@@ -184,13 +210,14 @@ func (e *Engine) name(r int) int {
 	return r
 }
 
-// mismatch describes a peer whose stamp for buffer b is not the expected one.
-func (e *Engine) mismatch(j, b int) error {
+// mismatch describes peer j, whose stamp line s is not mine, the stamp
+// this rank expected there.
+func (e *Engine) mismatch(mine []byte, j, s int) error {
 	var want, got transport.Header
-	if err := want.Decode(e.want[:]); err != nil {
+	if err := want.Decode(mine); err != nil {
 		return fmt.Errorf("mesh: internal: this rank's own stamp does not decode: %v", err)
 	}
-	if err := got.Decode(e.stampLine(j, b)); err != nil {
+	if err := got.Decode(e.stampLine(j, s)); err != nil {
 		return fmt.Errorf("%w: %s expected %s but %s published a stamp that is not a valid header (%v)",
 			transport.ErrProtocol, e.who(e.me), describeOp(&want), e.who(j), err)
 	}
@@ -251,7 +278,7 @@ func (e *Engine) enterAhead(s schedule, i, chunks int, posted *int, post func(in
 	// The posts opened their own chunks: reopen this one.
 	k, b = e.step(i)
 	e.open(s, k)
-	return k, b, e.awaitAll(2*k+1, b, true)
+	return k, b, e.awaitAll(2*k+1, true)
 }
 
 // MismatchError is a peer whose stamp names another collective than this
@@ -268,3 +295,51 @@ func (m *MismatchError) Error() string { return m.text }
 
 // Unwrap makes errors.Is(err, transport.ErrMismatch) hold.
 func (m *MismatchError) Unwrap() error { return transport.ErrMismatch }
+
+// hold queues eager chunk k, which this rank rooted, for verify.
+func (e *Engine) hold(k uint64) {
+	e.held[(e.heldHead+e.heldLen)%stamps] = k
+	e.heldLen++
+}
+
+// verify compares, oldest first, every peer's stamp for each held chunk
+// with this rank's own. It waits for the stamps of the chunks before
+// before; a later chunk whose stamps have not all been posted stays held.
+// The held stamps are all still in their lines: a peer overwrites line
+// p%stamps only for chunk p+stamps, whose claim waits for this rank's free
+// counter to pass p. The caller stores the free counter.
+func (e *Engine) verify(before uint64) error {
+	for e.heldLen > 0 {
+		p := e.held[e.heldHead]
+		v := 2*p + 1
+		for j := range e.n {
+			if j == e.me || e.ready[j].Load() >= v {
+				continue
+			}
+			if p >= before {
+				return nil
+			}
+			if err := e.wait(e.ready, j, v, "stamps of an earlier broadcast", true); err != nil {
+				return err
+			}
+		}
+		s := stampOf(v)
+		mine := e.stampLine(e.me, s)
+		for j := range e.n {
+			if j == e.me {
+				continue
+			}
+			if !e.checked[j] {
+				if err := e.checkInfo(j); err != nil {
+					return err
+				}
+			}
+			if string(e.stampLine(j, s)) != string(mine) {
+				return e.mismatch(mine, j, s)
+			}
+		}
+		e.heldHead = (e.heldHead + 1) % stamps
+		e.heldLen--
+	}
+	return nil
+}
