@@ -42,7 +42,7 @@ ROWS = {
     "all_reduce": ["mesh.oneshot", "mesh.twophase", "mesh.singlecopy", "ring", "tree", "dtree", "rhd"],
     "all_gather": ["mesh.oneshot", "mesh.singlecopy", "ring", "rhd", "bruck"],
     "reduce_scatter": ["mesh.oneshot", "ring", "rhd"],
-    "broadcast": ["mesh.oneshot", "mesh.singlecopy", "ring", "binomial", "tree", "dtree"],
+    "broadcast": ["mesh.oneshot", "mesh.eager", "mesh.singlecopy", "ring", "binomial", "tree", "dtree"],
 }
 
 

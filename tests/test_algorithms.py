@@ -33,7 +33,7 @@ from harness import (
 
 SEED = 2468
 SWEEP_TIMEOUT = 150  # harness deadline of one launch (s)
-FLAT = ["ring", "tree", "dtree", "rhd", "bruck", "mesh", "mesh.oneshot", "mesh.twophase", "mesh.singlecopy"]
+FLAT = ["ring", "tree", "dtree", "rhd", "bruck", "mesh", "mesh.oneshot", "mesh.twophase", "mesh.singlecopy", "mesh.eager"]
 HIER = ["level0:ring;level1:tree", "level0:ring;level1:rhd"]
 WORLDS = [3, 4]
 LAUNCH_ENV = {"GOHCCL_BUFFSIZE": "256K"}
@@ -109,8 +109,9 @@ def expected_choices(world, name):
         want["allreduce"] = want["reducescatter"] = "fallback"  # an allgather only
     if algo.startswith("mesh"):
         # The shared-memory engine's rows: none over TCP; single copy only
-        # for two ranks; no two-phase allgather or reduce-scatter.
-        if tcp or algo == "mesh.singlecopy":
+        # for two ranks; no two-phase allgather or reduce-scatter; the
+        # eager row is a broadcast's only.
+        if tcp or algo in ("mesh.singlecopy", "mesh.eager"):
             return dict.fromkeys(COLLS, "fallback")
         if algo == "mesh.twophase":
             want["allgather"] = want["reducescatter"] = "fallback"

@@ -35,7 +35,7 @@ var Vars = []Var{
 	{"GOHCCL_DEBUG", "WARN | INFO | TRACE", "WARN",
 		"Log level on stderr, each line prefixed with the rank. INFO prints each communicator's ranks, transports and algorithm choices; TRACE every operation."},
 	{"GOHCCL_ALGO", "string", "auto",
-		"Restricts the table of schedules (docs/algorithms.md) in HCCL's syntax: a row (`ring`, `tree`, `dtree`, `rhd`, `binomial`, `bruck`, `mesh.oneshot`, `mesh.twophase`, `mesh.singlecopy`), a family (`mesh`: the shared-memory engine's rows), `level0:ring;level1:tree` (level0 `ring`, `rhd` or `mesh`), or per collective `allreduce=level0:mesh;level1:rhd/allgather=ring`. The tuner prices what the value allows and takes the cheapest. A malformed value is refused at init; a form that cannot run for an op falls back to the automatic choice with one warning. `auto` prices every row."},
+		"Restricts the table of schedules (docs/algorithms.md) in HCCL's syntax: a row (`ring`, `tree`, `dtree`, `rhd`, `binomial`, `bruck`, `mesh.oneshot`, `mesh.twophase`, `mesh.singlecopy`, `mesh.eager`), a family (`mesh`: the shared-memory engine's rows), `level0:ring;level1:tree` (level0 `ring`, `rhd` or `mesh`), or per collective `allreduce=level0:mesh;level1:rhd/allgather=ring`. The tuner prices what the value allows and takes the cheapest. A malformed value is refused at init; a form that cannot run for an op falls back to the automatic choice with one warning. `auto` prices every row."},
 	{"GOHCCL_RANKS_PER_NODE", "integer", "",
 		"Treat each k consecutive ranks as one node for the hierarchical algorithms and the tuner, instead of grouping ranks by the host identity bootstrap learned. Useful to try level0/level1 on one host."},
 	{"GOHCCL_INTRA_LATENCY", "microseconds", "5",

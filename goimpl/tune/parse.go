@@ -195,7 +195,7 @@ func forms() string {
 		l0 = append(l0, r.Name)
 	}
 	return "valid forms: auto | a row or family of the table (e.g. ring, tree, dtree, rhd, binomial, bruck, mesh, mesh.oneshot, " +
-		"mesh.twophase, mesh.singlecopy) | level0:X;level1:Y (level0: " + join(l0) + "; level1: a schedule over links the " +
+		"mesh.twophase, mesh.singlecopy, mesh.eager) | level0:X;level1:Y (level0: " + join(l0) + "; level1: a schedule over links the " +
 		"collective has at level1; either level may be left out or auto) | per collective COLL=FORM joined by '/', COLL one of " +
 		strings.Join(collNames[:], ", ") + ", e.g. allreduce=level0:mesh;level1:rhd/allgather=ring/reducescatter=rhd"
 }

@@ -70,6 +70,8 @@ func init() {
 			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) }),
 		meshRow(Broadcast, mesh.SingleCopy, "the other rank reads the root's buffer straight out of its process (two ranks)",
 			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) }),
+		eagerRow(meshRow(Broadcast, mesh.Eager, "the root copies the message into its own slot and returns, the others copy it out; the root checks their stamps later",
+			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) })),
 
 		&Row{Coll: Reduce, Name: "ring", Desc: "pipelined chain ending at the root, each rank adding its part",
 			CanRun: always, Cost: func(m Model, s Shape, _ Choice) float64 { return m.chain(s, s.N-1, s.Bytes) + s.Bytes/m.ReduceBW },
@@ -244,6 +246,18 @@ func meshRow(coll Coll, v mesh.Variant, desc string, cost func(Model, Shape, mes
 			x.Call.Variant = v
 			return run(x.Node, x.Call, a)
 		}}
+}
+
+// eagerRow limits the engine's eager row to what one slot carries.
+func eagerRow(r *Row) *Row {
+	onMesh := r.CanRun
+	r.CanRun = func(s Shape) error {
+		if s.Bytes > mesh.EagerBytes {
+			return fmt.Errorf("the eager schedule carries at most %d bytes, not %.0f", mesh.EagerBytes, s.Bytes)
+		}
+		return onMesh(s)
+	}
+	return r
 }
 
 // needsMesh is the engine rows' check: every rank on one engine, and for
