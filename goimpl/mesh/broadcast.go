@@ -41,45 +41,50 @@ func (e *Engine) Broadcast(c *Call, buf []byte, root int) error {
 	})
 }
 
-// broadcastEager is the broadcast of one chunk through the root's eager
-// slot k%stamps, without the end-of-op round. A reader posts its stamp,
-// awaits the root's, compares it and copies the slot out, so a reader
-// that returns has the root's data for the operation it called. The root
-// posts its data and stamp and returns; it holds the chunk until it has
-// compared every reader's stamp (verify), which it does as stamps arrive,
-// in full before any operation that is not an eager broadcast, and before
-// it reuses the slot. A rank that took itself for the root, or ran another
-// operation, thus fails the root too, one or more operations later; the
-// root's own buffer is never written, so what it returned is not wrong.
+// broadcastEager is the broadcast through the root's eager slots, a chunk
+// per EagerSlot bytes, chunk k in slot k%stamps, without the end-of-op
+// round. A reader posts its stamp, awaits the root's, compares it and
+// copies the slot out, so a reader that returns has the root's data for
+// the operation it called. The root posts its data and stamp and returns;
+// it holds each chunk until it has compared every reader's stamp for it
+// (verify), which it does as stamps arrive, in full before any operation
+// that is not an eager broadcast, and before it reuses the slot. A rank
+// that took itself for the root, or ran another operation, thus fails the
+// root too, one or more operations later; the root's own buffer is never
+// written, so what it returned is not wrong.
 func (e *Engine) broadcastEager(buf []byte, root int) error {
-	k := e.k
-	e.chunk, e.chunks = 0, 1
-	if k >= stamps {
-		if err := e.verify(k + 1 - stamps); err != nil {
+	chunks := (len(buf) + EagerSlot - 1) / EagerSlot
+	e.chunks = chunks
+	for i := range chunks {
+		k, _ := e.step(i)
+		if k >= stamps {
+			if err := e.verify(k + 1 - stamps); err != nil {
+				return err
+			}
+		}
+		if err := e.claimBack(k, stamps); err != nil {
 			return err
 		}
-	}
-	if err := e.claimBack(k, stamps); err != nil {
-		return err
-	}
-	e.open(schedBroadcastEager, k)
-	slot := e.region[e.lay.eager(root, int(k%stamps)):][:len(buf)]
-	if e.me == root {
-		copy(slot, buf)
-		e.post(2*k + 1)
-		e.hold(k)
-	} else {
-		e.post(2*k + 1)
-		if err := e.await(root, 2*k+1, true, false); err != nil {
+		e.open(schedBroadcastEager, k)
+		part := buf[i*EagerSlot : min((i+1)*EagerSlot, len(buf))]
+		slot := e.region[e.lay.eager(root, int(k%stamps)):][:len(part)]
+		if e.me == root {
+			copy(slot, part)
+			e.post(2*k + 1)
+			e.hold(k)
+		} else {
+			e.post(2*k + 1)
+			if err := e.await(root, 2*k+1, true, false); err != nil {
+				return err
+			}
+			copy(part, slot)
+		}
+		if err := e.verify(0); err != nil {
 			return err
 		}
-		copy(buf, slot)
+		e.release(k)
 	}
-	if err := e.verify(0); err != nil {
-		return err
-	}
-	e.release(k)
-	e.k++
+	e.k += uint64(chunks)
 	return nil
 }
 

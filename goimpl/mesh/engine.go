@@ -322,7 +322,6 @@ func (e *Engine) run(c *Call, s schedule, empty bool, alone func(), body func() 
 		if err := e.verify(e.k); err != nil {
 			return err
 		}
-		e.free[e.me].Store(e.freeValue())
 	}
 	if empty {
 		return e.barrier(s)

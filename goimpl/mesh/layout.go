@@ -34,10 +34,16 @@ const (
 	stamps = 64
 )
 
-// EagerBytes is the largest broadcast the eager schedule carries: what
-// fits in one of the root's eager slots. The eager area takes stamps slots
-// of it per rank (512 KiB).
-const EagerBytes = 8 << 10
+// EagerSlot is the bytes of one eager slot: an eager broadcast is a chunk
+// per slot's worth of its message. The eager area takes stamps slots per
+// rank (512 KiB), which stays in the shared cache while readers trail the
+// root (with 64 KiB slots, 4 MiB, the 4-rank 64 KiB broadcast took 15-108
+// us a job).
+const EagerSlot = 8 << 10
+
+// EagerBytes is the largest broadcast the eager schedule carries: eight
+// slots, so the root of the largest still runs seven broadcasts ahead.
+const EagerBytes = stamps / 8 * EagerSlot
 
 // Options are one engine's tunables. They travel with the communicator that
 // attaches the engine, never through package state, so two communicators of
@@ -109,8 +115,8 @@ const lineSize = shm.CounterSize
 //	    probe[r]   counter: the hand-off probe at attach (MeasureHandOff)
 //	data, from a page boundary: per local rank r, depth buffers of buf bytes,
 //	    each split into n pieces of piece bytes;
-//	eager: per local rank r, stamps slots of EagerBytes, which only r
-//	    writes (eager broadcasts it roots).
+//	eager: per local rank r, stamps slots of EagerSlot bytes, which only
+//	    r writes (eager broadcasts it roots).
 //
 // Only the numbers below decide where anything is: no offset or size is ever
 // read from the region.
@@ -148,7 +154,7 @@ func newLayout(n, budget, chunk int) layout {
 	l := layout{n: n, piece: piece, buf: n * piece, rankCtl: (lineProbe + 1) * lineSize}
 	l.dataOff = (n*l.rankCtl + 4095) &^ 4095
 	l.eagerOff = l.dataOff + n*depth*l.buf
-	l.size = l.eagerOff + n*stamps*EagerBytes
+	l.size = l.eagerOff + n*stamps*EagerSlot
 	return l
 }
 
@@ -158,7 +164,7 @@ func newLayout(n, budget, chunk int) layout {
 // data area is at most min(budget, n*depth*o.Chunk); only past 16 local
 // ranks at the minimum budget does the floor of one cache line per piece
 // make it larger than budget. The eager slots come on top: n*stamps*
-// EagerBytes.
+// EagerSlot.
 func RegionSize(n, budget int, o Options) int {
 	if n < 1 {
 		return 0
@@ -181,7 +187,7 @@ func (l *layout) ctl(r, i int) int { return r*l.rankCtl + i*lineSize }
 func (l *layout) data(r, b int) int { return l.dataOff + (r*depth+b)*l.buf }
 
 // eager returns the offset of rank r's eager slot s.
-func (l *layout) eager(r, s int) int { return l.eagerOff + (r*stamps+s)*EagerBytes }
+func (l *layout) eager(r, s int) int { return l.eagerOff + (r*stamps+s)*EagerSlot }
 
 // plainCopy is copy as a function value, the alternative to stream.
 func plainCopy(dst, src []byte) { copy(dst, src) }

@@ -307,8 +307,16 @@ func (e *Engine) hold(k uint64) {
 // before; a later chunk whose stamps have not all been posted stays held.
 // The held stamps are all still in their lines: a peer overwrites line
 // p%stamps only for chunk p+stamps, whose claim waits for this rank's free
-// counter to pass p. The caller stores the free counter.
+// counter to pass p. verify stores the free counter once it has passed a
+// chunk: a peer may be waiting for it while this rank goes on to wait for
+// the peer.
 func (e *Engine) verify(before uint64) error {
+	was := e.heldLen
+	defer func() {
+		if e.heldLen != was {
+			e.free[e.me].Store(e.freeValue())
+		}
+	}()
 	for e.heldLen > 0 {
 		p := e.held[e.heldHead]
 		v := 2*p + 1

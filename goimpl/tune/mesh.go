@@ -166,9 +166,9 @@ func meshBroadcast(m Model, s Shape, v mesh.Variant) float64 {
 	case mesh.SingleCopy:
 		return c.waits(2) + c.kernel(S, S, 1) + c.own(S, S)
 	case mesh.Eager:
-		// One chunk, no round: the root copies the message into its
-		// slot, the readers copy it out as soon as it is posted.
-		return c.waits(1) + c.own(S, S) + c.region(S) + c.hot(S)
+		// A chunk a slot, no round: the root copies the message into
+		// its slots, the readers copy each out as soon as it is posted.
+		return c.pipelined(math.Max(1, math.Ceil(S/mesh.EagerSlot)), aheadChunks) + c.own(S, S) + c.region(S) + c.hot(S)
 	}
 	// A chunk spans every rank's buffer (n chunks' worth); the readers
 	// copy out what the root has just copied in: the root reads the

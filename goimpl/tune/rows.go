@@ -70,7 +70,7 @@ func init() {
 			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) }),
 		meshRow(Broadcast, mesh.SingleCopy, "the other rank reads the root's buffer straight out of its process (two ranks)",
 			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) }),
-		eagerRow(meshRow(Broadcast, mesh.Eager, "the root copies the message into its own slot and returns, the others copy it out; the root checks their stamps later",
+		eagerRow(meshRow(Broadcast, mesh.Eager, "the root copies the message into its own slots and returns, the others copy it out; the root checks their stamps later",
 			meshBroadcast, func(e *mesh.Engine, c *mesh.Call, a *Args) error { return e.Broadcast(c, a.Buf, a.Root) })),
 
 		&Row{Coll: Reduce, Name: "ring", Desc: "pipelined chain ending at the root, each rank adding its part",
