@@ -11,15 +11,18 @@
 //     region; only its owner writes it.
 //   - piece: 1/n of a buffer, lay.piece bytes: in a two-phase schedule,
 //     piece r of rank i's buffer is rank i's data for rank r.
-//   - chunk: the part of an operation that one buffer carries. Chunks are
-//     numbered by a global sequence k that every operation advances by the
-//     same amount on every rank (derived from its arguments), and chunk k
-//     uses buffer k % depth.
+//   - eager slot: one of the stamps slots of EagerSlot bytes each rank
+//     owns, which only the eager broadcasts it roots write.
+//   - chunk: the part of an operation that one buffer (or eager slot)
+//     carries. Chunks are numbered by a global sequence k that every
+//     operation advances by the same amount on every rank (derived from its
+//     arguments), and chunk k uses buffer k % depth (eager slot k % stamps).
 //   - ready and free: each rank's two counters. ready = 2k+1 says the
 //     rank's inputs of chunk k are in its buffer, 2k+2 its results; free =
 //     k+1 says it has finished reading everyone's buffers for chunk k.
 //   - stamp: the operation's transport.Header with the chunk's schedule and
-//     number in Tag, published with every chunk and compared by every reader.
+//     number in Tag, published with every chunk in stamp line k % stamps and
+//     compared by every reader (by an eager broadcast's root, later: verify).
 //
 // Every operation runs on the caller's goroutine, allocates nothing in
 // steady state, and waits only through shm.Counter (spin, then futex) under

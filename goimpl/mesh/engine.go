@@ -53,9 +53,9 @@ const (
 	// Eager: a broadcast of at most EagerBytes through the root's own
 	// slots, with no end-of-op round. A reader compares the root's stamp
 	// and copies; the root compares the readers' stamps later (verify),
-	// so it runs up to stamps-1 broadcasts ahead of the slowest reader and
+	// so it runs up to stamps-1 chunks ahead of the slowest reader and
 	// learns of a rank that disagreed at its next operation that is not
-	// an eager broadcast, or within stamps broadcasts.
+	// an eager broadcast, or within stamps chunks.
 	Eager
 	numVariants
 )
