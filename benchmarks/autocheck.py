@@ -79,33 +79,35 @@ def chosen(picks: dict, coll: str, size: int):
     return picks.get((coll, 1 << (size.bit_length() - 1))) if size else None
 
 
-def over_rounds(times: dict, label: str, key, stat):
+def over_rounds(times: dict, label: str, key, stat, picks=None):
     """stat (statistics.median or statistics.fmean) of label's jobs at key,
-    None where none ran it."""
-    xs = [t[key] for t in times[label] if key in t]
+    None where none ran it. With picks (a forced row's), only the jobs whose
+    log says they ran that row there count: a row that cannot carry the size
+    (mesh.eager past 64 KiB) falls back to the automatic choice, which is
+    not that row."""
+    xs = [t[key] for i, t in enumerate(times[label]) if key in t
+          and (picks is None or chosen(picks[label][i], *key) in (None, label))]
     return stat(xs) if xs else None
 
 
-def forced_best(times: dict, rows: list[str], key, stat) -> tuple[float, str, dict]:
+def forced_best(times: dict, rows: list[str], key, stat, picks=None) -> tuple[float, str, dict]:
     """The forced rows' figures at key by stat over their jobs, and the
     smallest: (best, its row, {row: figure}). The median says what a
     typical job gets; the mean weighs in the jobs that land several times
     slower, which on a crowded host some rows do in a third of their jobs
     (docs/algorithms.md), so both are reported."""
-    byrow = {r: t for r in rows if (t := over_rounds(times, r, key, stat)) is not None}
+    byrow = {r: t for r in rows if (t := over_rounds(times, r, key, stat, picks)) is not None}
     row = min(byrow, key=byrow.get)
     return byrow[row], row, byrow
 
 
 def run_job(args, label: str) -> tuple[dict, dict]:
-    """One gohccl.bench job of one label: {(collective, size): us}, and for
-    the automatic labels the rows chosen (see choices). A label auto/T runs
-    the automatic choice with GOHCCL_TUNE=T."""
-    env = dict(os.environ)
+    """One gohccl.bench job of one label: {(collective, size): us}, and the
+    rows it ran (see choices). A label auto/T runs the automatic choice with
+    GOHCCL_TUNE=T."""
+    env = dict(os.environ, GOHCCL_DEBUG="INFO")
     if label.startswith("auto/"):
         label, env["GOHCCL_TUNE"] = "auto", label.split("/", 1)[1]
-    if label == "auto":
-        env["GOHCCL_DEBUG"] = "INFO"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
         cmd = [sys.executable, "-m", "gohccl.bench", "--nproc", str(args.nproc),
@@ -119,7 +121,7 @@ def run_job(args, label: str) -> tuple[dict, dict]:
         with open(out) as f:
             doc = json.load(f)
     times = {(r["collective"], r["size"]): r["time_us"] for r in doc["results"] if r["time_us"]}
-    return times, choices(done.stderr) if label == "auto" else {}
+    return times, choices(done.stderr)
 
 
 def main(argv=None):
@@ -226,8 +228,8 @@ def report(args, rows, tunes, times, picks, load) -> int:
     for key in sorted(keys, key=lambda k: (args.collectives.index(k[0]), k[1])):
         coll, size = key
         cands = [r for r in rows_for(coll, args.nproc) if r in rows]
-        best, row, byrow = forced_best(times, cands, key, statistics.median)
-        mbest, mrow, bymean = forced_best(times, cands, key, statistics.fmean)
+        best, row, byrow = forced_best(times, cands, key, statistics.median, picks)
+        mbest, mrow, bymean = forced_best(times, cands, key, statistics.fmean, picks)
         line = f"| {coll} | {size // 1024} KiB | {best:.0f} {row} |"
         res = dict(collective=coll, size=size, best_us=best, best_row=row, forced=byrow,
                    best_mean_us=mbest, best_mean_row=mrow, forced_mean=bymean)

@@ -609,6 +609,30 @@ def test_autocheck_ranks_rows_by_the_median_and_by_the_mean():
     assert bymean["binomial"] == pytest.approx(138.6)
 
 
+def test_autocheck_drops_a_forced_row_that_fell_back():
+    """A forced row that cannot carry a size (the eager broadcast past 64
+    KiB) runs the automatic choice there; its log says so, and autocheck.py
+    does not count those jobs as the row's."""
+    autocheck = _load_script("autocheck")
+    log = "\n".join([
+        "[gohccl 0/4] INFO broadcast [64KiB, 128KiB) on 4 ranks (1 nodes): mesh.eager 3.6us "
+        "(GOHCCL_ALGO allows mesh.eager) -> mesh.eager",
+        "[gohccl 0/4] INFO broadcast [16MiB, 32MiB) on 4 ranks (1 nodes): mesh.oneshot 2.1ms, "
+        "mesh.eager n/a (GOHCCL_ALGO's mesh.eager cannot run) -> mesh.oneshot",
+    ])
+    picks = autocheck.choices(log)
+    small, large = ("broadcast", 65536), ("broadcast", 16 << 20)
+    times = {"mesh.eager": [{small: 40.0, large: 2000.0}], "mesh.oneshot": [{small: 50.0, large: 2500.0}]}
+    forced = {"mesh.eager": [picks], "mesh.oneshot": [{}]}
+    rows = ["mesh.eager", "mesh.oneshot"]
+    assert autocheck.forced_best(times, rows, small, statistics.median, forced)[:2] == (40.0, "mesh.eager")
+    best, row, byrow = autocheck.forced_best(times, rows, large, statistics.median, forced)
+    assert (best, row) == (2500.0, "mesh.oneshot")
+    assert "mesh.eager" not in byrow
+    # Without the logs (a --json of an older run), every job counts.
+    assert autocheck.forced_best(times, rows, large, statistics.median)[1] == "mesh.eager"
+
+
 def test_autocheck_pools_the_jobs_of_its_json_files(tmp_path, capsys):
     """autocheck.py --load pools the rounds of several runs' --json files
     into one table, and refuses files of different world sizes."""
