@@ -188,14 +188,35 @@ func join(ns []string) string {
 	return s
 }
 
+// rowNames lists the table's flat rows and their families, in the table's
+// order, each once.
+func rowNames() []string {
+	var names []string
+	seen := map[string]bool{}
+	for c := range NumColls {
+		for _, r := range Rows(c) {
+			if r.Place == Levels {
+				continue
+			}
+			for _, n := range []string{r.Family, r.Name} {
+				if !seen[n] {
+					seen[n] = true
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	return names
+}
+
 // forms describes the valid forms, for error messages.
 func forms() string {
 	var l0 []string
 	for _, r := range level0Rows {
 		l0 = append(l0, r.Name)
 	}
-	return "valid forms: auto | a row or family of the table (e.g. ring, tree, dtree, rhd, binomial, bruck, mesh, mesh.oneshot, " +
-		"mesh.twophase, mesh.singlecopy, mesh.eager) | level0:X;level1:Y (level0: " + join(l0) + "; level1: a schedule over links the " +
+	return "valid forms: auto | a row or family of the table (" + strings.Join(rowNames(), ", ") +
+		") | level0:X;level1:Y (level0: " + join(l0) + "; level1: a schedule over links the " +
 		"collective has at level1; either level may be left out or auto) | per collective COLL=FORM joined by '/', COLL one of " +
 		strings.Join(collNames[:], ", ") + ", e.g. allreduce=level0:mesh;level1:rhd/allgather=ring/reducescatter=rhd"
 }

@@ -714,3 +714,20 @@ func TestTrialKeepsTheFastest(t *testing.T) {
 	tu.Choose(AllReduce, bytes)
 	require.Nil(t, tu.trials[AllReduce][SizeClass(bytes)])
 }
+
+// TestFormsNameEveryRow: the error for a malformed GOHCCL_ALGO lists every
+// flat row and family of the table, from the table, so a new row needs no
+// edit here.
+func TestFormsNameEveryRow(t *testing.T) {
+	text := forms()
+	for c := range NumColls {
+		for _, r := range Rows(c) {
+			if r.Place != Levels {
+				assert.Contains(t, text, r.Name, "%s's row", c)
+				assert.Contains(t, text, r.Family, "%s's family", c)
+			}
+		}
+	}
+	assert.Contains(t, text, "mesh.eager")
+	assert.NotContains(t, text, "levels,")
+}
