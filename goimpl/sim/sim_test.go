@@ -156,11 +156,17 @@ func TestVectorSchedules(t *testing.T) {
 					// larger streams without waiting (13% on 3 ranks). The
 					// Bruck allgather's last round packs the segment that
 					// spans the wrap through a slot, which its price leaves
-					// out.
+					// out. Across nodes of several ranks its flows also
+					// contend for the node's uplink in the order the
+					// goroutines reach it (the package doc): on 4 x 8, 100
+					// runs simulated 1.04-1.16x the price, and one in about
+					// 50 passed 1.15 (1.17, 1.18).
 					tol := 0.05
 					switch name := r.Choice.Name(); {
 					case coll == tune.ReduceScatter && name == "rhd" && net.Ranks&(net.Ranks-1) != 0:
 						tol = 0.15
+					case name == "bruck" && shape.nodes > 1 && shape.perNode > 2:
+						tol = 0.25
 					case name == "bruck":
 						tol = 0.15
 					}
