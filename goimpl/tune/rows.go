@@ -248,7 +248,8 @@ func meshRow(coll Coll, v mesh.Variant, desc string, cost func(Model, Shape, mes
 		}}
 }
 
-// eagerRow limits the engine's eager row to what one slot carries.
+// eagerRow limits the engine's eager row to what its slots carry
+// (mesh.EagerBytes).
 func eagerRow(r *Row) *Row {
 	onMesh := r.CanRun
 	r.CanRun = func(s Shape) error {
