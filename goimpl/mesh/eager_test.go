@@ -167,25 +167,17 @@ func TestEagerThirdRankMismatch(t *testing.T) {
 	es := engines(t, 3, MinBudget)
 	const size = 1024
 	first := make([]error, 3)
-	errs := onRanks(3, func(r int) error {
-		buf := make([]byte, 3*size)
-		if r == 2 {
-			c := newCall(transport.KindAllGather, reduce.Float32, 0, size/4, 0, 4)
-			c.Deadline = time.Now().Add(2 * time.Second)
-			return es[r].AllGather(c, buf[:size], buf)
-		}
-		c := newCall(transport.KindBroadcast, reduce.Float32, 0, size/4, 0, 4)
+	errs := againstThirdRankAllGather(es, size, func(r int, c *Call, buf []byte) error {
 		c.Variant = Eager
-		c.Deadline = time.Now().Add(2 * time.Second)
-		eagerPayload(buf[:size], 4)
+		eagerPayload(buf, 4)
 		if r != 0 {
-			clear(buf[:size])
+			clear(buf)
 		}
-		first[r] = es[r].Broadcast(c, buf[:size], 0)
+		first[r] = es[r].Broadcast(c, buf, 0)
 		if first[r] == nil {
 			want := make([]byte, size)
 			eagerPayload(want, 4)
-			if string(want) != string(buf[:size]) {
+			if string(want) != string(buf) {
 				return fmt.Errorf("the broadcast returned without the root's bytes")
 			}
 		}

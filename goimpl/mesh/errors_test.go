@@ -128,22 +128,32 @@ func TestBroadcastThirdRankMismatch(t *testing.T) {
 	for _, size := range []int{1024, 3 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			es := engines(t, 3, MinBudget)
-			errs := onRanks(3, func(r int) error {
-				buf := make([]byte, 3*size)
-				if r == 2 {
-					c := newCall(transport.KindAllGather, reduce.Float32, 0, size/4, 0, 4)
-					c.Deadline = time.Now().Add(2 * time.Second)
-					return es[r].AllGather(c, buf[:size], buf)
-				}
-				c := newCall(transport.KindBroadcast, reduce.Float32, 0, size/4, 0, 4)
-				c.Deadline = time.Now().Add(2 * time.Second)
-				return es[r].Broadcast(c, buf[:size], 0)
+			errs := againstThirdRankAllGather(es, size, func(r int, c *Call, buf []byte) error {
+				return es[r].Broadcast(c, buf, 0)
 			})
 			for r, err := range errs {
 				require.Error(t, err, "local rank %d returned success", r)
 			}
 		})
 	}
+}
+
+// againstThirdRankAllGather runs collective #4 on three engines: rank 2
+// an allgather of size bytes per rank, ranks 0 and 1 bcast, given a
+// broadcast call of size bytes from root 0 and the size-byte buffer to
+// broadcast. Every call has a 2 s deadline.
+func againstThirdRankAllGather(es []*Engine, size int, bcast func(r int, c *Call, buf []byte) error) []error {
+	return onRanks(3, func(r int) error {
+		buf := make([]byte, 3*size)
+		if r == 2 {
+			c := newCall(transport.KindAllGather, reduce.Float32, 0, size/4, 0, 4)
+			c.Deadline = time.Now().Add(2 * time.Second)
+			return es[r].AllGather(c, buf[:size], buf)
+		}
+		c := newCall(transport.KindBroadcast, reduce.Float32, 0, size/4, 0, 4)
+		c.Deadline = time.Now().Add(2 * time.Second)
+		return bcast(r, c, buf[:size])
+	})
 }
 
 func TestMismatchNamesCommunicatorRanks(t *testing.T) {
